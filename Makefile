@@ -1,0 +1,104 @@
+# EventForge build entry point. `make help` lists the targets.
+#
+# Targets are documented with a trailing `## text` on the rule line; a line
+# starting with `##@` opens a section in the help output.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-builtin-rules
+
+GO ?= go
+
+# Pinned tools, installed with `go install` into the git-ignored bin/.
+BIN := $(CURDIR)/bin
+BUF_VERSION := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GRPC_GATEWAY_VERSION := v2.33.0
+GOLANGCI_LINT_VERSION := v2.15.0
+
+BUF := $(BIN)/buf
+PROTOC_GEN_GO := $(BIN)/protoc-gen-go
+PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc
+PROTOC_GEN_GRPC_GATEWAY := $(BIN)/protoc-gen-grpc-gateway
+PROTOC_GEN_OPENAPIV2 := $(BIN)/protoc-gen-openapiv2
+GOLANGCI_LINT := $(BIN)/golangci-lint
+
+GENERATE_TOOLS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GRPC_GATEWAY) $(PROTOC_GEN_OPENAPIV2)
+TOOLS := $(GENERATE_TOOLS) $(GOLANGCI_LINT)
+
+# Files written by `buf generate`; removed before each run so that a renamed
+# or deleted .proto leaves no stale output behind.
+GENERATED := -name '*.pb.go' -o -name '*.pb.gw.go' -o -name '*.swagger.json'
+
+# Go sources checked by gofmt: everything in the tree except tool binaries,
+# scratch and artifact folders and vendored front-end packages.
+GO_SOURCES := find . -type f -name '*.go' \
+	-not -path './.git/*' -not -path './bin/*' -not -path './tmp/*' \
+	-not -path './e2e/artifacts/*' -not -path '*/node_modules/*' -print0
+
+##@ General
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN { FS = ":.*## " } \
+		/^##@/ { printf "\n%s\n", substr($$0, 5); next } \
+		/^[a-zA-Z0-9_.-]+:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+##@ Contracts and code generation
+
+.PHONY: tools
+tools: $(TOOLS) ## Install the pinned tools into bin/ (skips those already at their version)
+
+.PHONY: generate
+generate: $(GENERATE_TOOLS) ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/
+	find proto -type f \( $(GENERATED) \) -delete
+	$(BUF) generate
+
+.PHONY: generate-check
+generate-check: generate ## Fail if generated code in proto/ differs from what is committed
+	@git diff --exit-code -- proto || { echo >&2 "proto/: generated code is stale; run 'make generate' and commit the result"; exit 1; }
+	@untracked="$$(git ls-files --others --exclude-standard -- proto)"; \
+	if [ -n "$$untracked" ]; then \
+		echo >&2 "proto/: files not tracked by git:"; echo >&2 "$$untracked"; exit 1; \
+	fi
+
+##@ Quality
+
+.PHONY: lint
+lint: $(BUF) $(GOLANGCI_LINT) ## Run gofmt, go vet, golangci-lint, buf lint and buf format
+	@unformatted="$$($(GO_SOURCES) | xargs -0 -r gofmt -l)"; \
+	if [ -n "$$unformatted" ]; then \
+		echo >&2 "gofmt: these files need formatting:"; echo >&2 "$$unformatted"; exit 1; \
+	fi
+	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+	$(BUF) lint
+	$(BUF) format --diff --exit-code
+
+# --- tool installation --------------------------------------------------------
+#
+# Each tool binary depends on a stamp named after its pinned version, so a
+# version bump reinstalls it and an unchanged pin is never rebuilt. The touch
+# keeps the binary newer than its stamp when `go install` finds it up to date.
+
+# $(call go-tool,binary,package,version)
+define go-tool
+$(BIN)/$(1): $(BIN)/.stamps/$(1)@$(3)
+	GOBIN=$(BIN) $(GO) install $(2)@$(3)
+	@touch $$@
+
+$(BIN)/.stamps/$(1)@$(3):
+	@mkdir -p $$(@D)
+	@rm -f $$(@D)/$(1)@*
+	@touch $$@
+endef
+
+$(eval $(call go-tool,buf,github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION)))
+$(eval $(call go-tool,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION)))
+$(eval $(call go-tool,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION)))
+$(eval $(call go-tool,protoc-gen-grpc-gateway,github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway,$(GRPC_GATEWAY_VERSION)))
+$(eval $(call go-tool,protoc-gen-openapiv2,github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2,$(GRPC_GATEWAY_VERSION)))
+$(eval $(call go-tool,golangci-lint,github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION)))

@@ -1,0 +1,148 @@
+// Package checkpoint decides which WAL position the CDC reader may confirm to
+// its replication slot.
+//
+// The rule: confirm the end LSN of the newest transaction for which that
+// transaction and every transaction received before it were fully received
+// and every one of their events was acknowledged by Kafka. Delivery reports
+// can complete out of order (across partitions), so a transaction whose
+// events are all acked still waits for every earlier one.
+//
+// Confirming the commit's end LSN (never its start) matters: PostgreSQL
+// resends every transaction whose commit record starts at or after the slot's
+// confirmed_flush_lsn.
+package checkpoint
+
+import (
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Tx is one transaction received from the slot. It is owned by the Tracker;
+// callers hold it only to pass it back.
+type Tx struct {
+	pending   int // events handed to Kafka and not yet acknowledged
+	committed bool
+	endLSN    pglogrepl.LSN
+}
+
+// Tracker accounts for transactions in receipt order. It is safe for use by
+// the replication loop and the delivery-report loop at once.
+type Tracker struct {
+	mu        sync.Mutex
+	queue     []*Tx // received, not yet confirmable, in receipt order
+	head      int   // queue[head:] is live
+	confirmed pglogrepl.LSN
+	received  pglogrepl.LSN
+	inflight  int
+}
+
+// New returns a Tracker whose confirmable position starts at start, the
+// position streaming starts from (the slot's confirmed_flush_lsn).
+func New(start pglogrepl.LSN) *Tracker {
+	return &Tracker{confirmed: start, received: start}
+}
+
+// Begin registers a transaction whose BEGIN was just received.
+func (t *Tracker) Begin() *Tx {
+	tx := &Tx{}
+	t.mu.Lock()
+	t.queue = append(t.queue, tx)
+	t.mu.Unlock()
+	return tx
+}
+
+// Add records one event of tx handed to Kafka. Call it before producing, so a
+// fast acknowledgement cannot find the count at zero.
+func (t *Tracker) Add(tx *Tx) {
+	t.mu.Lock()
+	tx.pending++
+	t.inflight++
+	t.mu.Unlock()
+}
+
+// Commit records that tx was received completely; end is its
+// CommitMessage.TransactionEndLSN.
+func (t *Tracker) Commit(tx *Tx, end pglogrepl.LSN) {
+	t.mu.Lock()
+	tx.committed = true
+	tx.endLSN = end
+	if end > t.received {
+		t.received = end
+	}
+	t.advance()
+	t.mu.Unlock()
+}
+
+// Ack records that Kafka acknowledged one event of tx.
+func (t *Tracker) Ack(tx *Tx) {
+	t.mu.Lock()
+	tx.pending--
+	t.inflight--
+	t.advance()
+	t.mu.Unlock()
+}
+
+// advance pops the fully acknowledged prefix. t.mu must be held.
+func (t *Tracker) advance() {
+	for t.head < len(t.queue) {
+		tx := t.queue[t.head]
+		if !tx.committed || tx.pending > 0 {
+			break
+		}
+		if tx.endLSN > t.confirmed {
+			t.confirmed = tx.endLSN
+		}
+		t.queue[t.head] = nil
+		t.head++
+	}
+	if t.head == len(t.queue) {
+		t.queue, t.head = t.queue[:0], 0
+	} else if t.head > 1024 && t.head*2 > len(t.queue) {
+		n := copy(t.queue, t.queue[t.head:])
+		clear(t.queue[n:])
+		t.queue, t.head = t.queue[:n], 0
+	}
+}
+
+// Confirmable returns the position that is safe to confirm to the slot as
+// flushed. It never moves backwards.
+func (t *Tracker) Confirmable() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.confirmed
+}
+
+// Received returns the end of the newest fully received transaction (or the
+// idle WAL end), reported to the server as the write position.
+func (t *Tracker) Received() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.received
+}
+
+// Inflight returns how many events were handed to Kafka and not yet
+// acknowledged.
+func (t *Tracker) Inflight() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.inflight
+}
+
+// AdvanceIdle moves the confirmable position to walEnd, the server's WAL end
+// from a keepalive, when nothing is open or unacknowledged, and reports
+// whether it did. Everything the server decoded before that keepalive has then
+// been published, so confirming its WAL end is safe; without this an idle
+// slot pins WAL while other tables churn.
+func (t *Tracker) AdvanceIdle(walEnd pglogrepl.LSN) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.head != len(t.queue) || walEnd <= t.confirmed {
+		return false
+	}
+	t.confirmed = walEnd
+	if walEnd > t.received {
+		t.received = walEnd
+	}
+	return true
+}

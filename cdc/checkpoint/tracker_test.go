@@ -1,0 +1,157 @@
+package checkpoint
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+)
+
+func TestTrackerConfirmsOnlyAckedPrefix(t *testing.T) {
+	tr := New(100)
+	a, b := tr.Begin(), tr.Begin()
+	tr.Add(a)
+	tr.Add(a)
+	tr.Commit(a, 200)
+	tr.Add(b)
+	tr.Commit(b, 300)
+
+	if got := tr.Confirmable(); got != 100 {
+		t.Fatalf("nothing acked: confirmable = %v, want 100", got)
+	}
+	tr.Ack(b) // later transaction completes first
+	if got := tr.Confirmable(); got != 100 {
+		t.Fatalf("only later tx acked: confirmable = %v, want 100", got)
+	}
+	tr.Ack(a)
+	if got := tr.Confirmable(); got != 100 {
+		t.Fatalf("one of two events of first tx acked: confirmable = %v, want 100", got)
+	}
+	tr.Ack(a)
+	if got := tr.Confirmable(); got != 300 {
+		t.Fatalf("all acked: confirmable = %v, want 300", got)
+	}
+	if tr.Inflight() != 0 {
+		t.Fatalf("inflight = %d, want 0", tr.Inflight())
+	}
+}
+
+func TestTrackerWaitsForCommit(t *testing.T) {
+	tr := New(10)
+	a := tr.Begin()
+	tr.Add(a)
+	tr.Ack(a) // acked before its COMMIT was received
+	if got := tr.Confirmable(); got != 10 {
+		t.Fatalf("uncommitted tx: confirmable = %v, want 10", got)
+	}
+	if tr.AdvanceIdle(50) {
+		t.Fatal("AdvanceIdle moved with an open transaction")
+	}
+	tr.Commit(a, 40)
+	if got := tr.Confirmable(); got != 40 {
+		t.Fatalf("confirmable = %v, want 40", got)
+	}
+}
+
+func TestTrackerEmptyTransaction(t *testing.T) {
+	tr := New(10)
+	tr.Commit(tr.Begin(), 20)
+	if got := tr.Confirmable(); got != 20 {
+		t.Fatalf("confirmable = %v, want 20", got)
+	}
+}
+
+func TestTrackerAdvanceIdle(t *testing.T) {
+	tests := []struct {
+		name     string
+		setup    func(*Tracker)
+		walEnd   pglogrepl.LSN
+		moved    bool
+		wantConf pglogrepl.LSN
+	}{
+		{name: "idle moves forward", setup: func(*Tracker) {}, walEnd: 500, moved: true, wantConf: 500},
+		{name: "never backwards", setup: func(*Tracker) {}, walEnd: 50, moved: false, wantConf: 100},
+		{name: "unacked event blocks", setup: func(tr *Tracker) { tx := tr.Begin(); tr.Add(tx); tr.Commit(tx, 200) }, walEnd: 500, moved: false, wantConf: 100},
+		{name: "fully acked then idle", setup: func(tr *Tracker) { tx := tr.Begin(); tr.Add(tx); tr.Commit(tx, 200); tr.Ack(tx) }, walEnd: 500, moved: true, wantConf: 500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := New(100)
+			tt.setup(tr)
+			if got := tr.AdvanceIdle(tt.walEnd); got != tt.moved {
+				t.Fatalf("AdvanceIdle = %v, want %v", got, tt.moved)
+			}
+			if got := tr.Confirmable(); got != tt.wantConf {
+				t.Fatalf("confirmable = %v, want %v", got, tt.wantConf)
+			}
+		})
+	}
+}
+
+// TestTrackerRandomAckOrder acknowledges events of many transactions in a
+// random order from several goroutines and checks, after every step, that the
+// confirmable position never passes a transaction with an unacked event.
+func TestTrackerRandomAckOrder(t *testing.T) {
+	tr := New(0)
+	type ev struct {
+		tx  *Tx
+		idx int
+	}
+	const txs = 500
+	var events []ev
+	ends := make([]pglogrepl.LSN, txs)
+	handles := make([]*Tx, txs)
+	for i := range txs {
+		tx := tr.Begin()
+		handles[i] = tx
+		n := rand.IntN(4)
+		for range n {
+			tr.Add(tx)
+			events = append(events, ev{tx: tx, idx: i})
+		}
+		ends[i] = pglogrepl.LSN((i + 1) * 10)
+		tr.Commit(tx, ends[i])
+	}
+	rand.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+
+	var (
+		mu        sync.Mutex
+		remaining = make([]int, txs)
+		wg        sync.WaitGroup
+	)
+	for _, e := range events {
+		remaining[e.idx]++
+	}
+	work := make(chan ev)
+	var failures []string
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := range work {
+				mu.Lock()
+				remaining[e.idx]--
+				tr.Ack(e.tx)
+				conf := tr.Confirmable()
+				for i := range txs {
+					if ends[i] <= conf && remaining[i] > 0 {
+						failures = append(failures, "confirmed past a transaction with unacked events")
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, e := range events {
+		work <- e
+	}
+	close(work)
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	if got := tr.Confirmable(); got != ends[txs-1] {
+		t.Fatalf("final confirmable = %v, want %v", got, ends[txs-1])
+	}
+}

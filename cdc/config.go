@@ -1,0 +1,85 @@
+// Package cdc is EventForge's relay: it streams committed outbox inserts from
+// a PostgreSQL logical replication slot (pgoutput) to Kafka, keyed by the
+// aggregate ID, and confirms a transaction's WAL position to the slot only
+// after Kafka acknowledged every event of it and of every earlier
+// transaction. A crash between the acknowledgement and the confirmation
+// republishes the event on restart: at-least-once delivery, with the event ID
+// preserved so consumers apply it once. docs/cdc.md is the contract.
+package cdc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/eventforge/eventforge/schema"
+)
+
+// Config configures the reader. The zero value is not valid; start from
+// DefaultConfig or from the flags of `eventforge cdc`.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string. The role needs the
+	// REPLICATION attribute (and CREATE on the database to create the slot).
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL (role with REPLICATION)." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	// KafkaBrokers is the Kafka bootstrap server list.
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	// Slot is the logical replication slot to read.
+	Slot string `name:"slot" help:"Logical replication slot to read." default:"eventforge_outbox"`
+	// Publication is the pgoutput publication on the outbox table.
+	Publication string `name:"publication" help:"Publication on the outbox table." default:"eventforge_outbox"`
+	// OutboxTable is the schema-qualified outbox table.
+	OutboxTable string `name:"outbox-table" help:"Schema-qualified outbox table." default:"public.outbox"`
+	// Topics maps an outbox aggregatetype to its Kafka topic.
+	Topics map[string]string `name:"topic" help:"aggregatetype=topic routes (repeatable)." default:"order=eventforge.orders"`
+	// TopicFallback is the topic for aggregate types without a route;
+	// "{aggregatetype}" is replaced.
+	TopicFallback string `name:"topic-fallback" help:"Topic for unrouted aggregate types ({aggregatetype} is replaced)." default:"eventforge.{aggregatetype}"`
+	// StatusInterval is how often the confirmed position is reported to
+	// PostgreSQL (also sent at once when the server asks).
+	StatusInterval time.Duration `name:"status-interval" help:"How often to report the confirmed LSN to PostgreSQL." default:"2s"`
+	// NoCreateSlot makes a missing slot an error instead of creating it.
+	NoCreateSlot bool `name:"no-create-slot" help:"Fail if the slot does not exist instead of creating it."`
+	// FlushTimeout bounds how long shutdown waits for Kafka to acknowledge
+	// queued events before the final confirmation.
+	FlushTimeout time.Duration `name:"flush-timeout" help:"How long shutdown waits for queued events to be acknowledged." default:"10s"`
+	// MaxBackoff caps the wait between reconnection attempts.
+	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between reconnection attempts." default:"10s"`
+}
+
+// DefaultConfig returns the configuration the flags default to.
+func DefaultConfig() Config {
+	return Config{
+		DatabaseURL:    "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		KafkaBrokers:   "127.0.0.1:19092",
+		Slot:           schema.Slot,
+		Publication:    schema.Publication,
+		OutboxTable:    "public.outbox",
+		Topics:         map[string]string{"order": "eventforge.orders"},
+		TopicFallback:  "eventforge.{aggregatetype}",
+		StatusInterval: 2 * time.Second,
+		FlushTimeout:   10 * time.Second,
+		MaxBackoff:     10 * time.Second,
+	}
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("database-url is required"))
+	}
+	if c.KafkaBrokers == "" {
+		errs = append(errs, errors.New("kafka-brokers is required"))
+	}
+	if c.Slot == "" || c.Publication == "" {
+		errs = append(errs, errors.New("slot and publication are required"))
+	}
+	if _, _, ok := strings.Cut(c.OutboxTable, "."); !ok {
+		errs = append(errs, fmt.Errorf("outbox-table %q: want schema.table", c.OutboxTable))
+	}
+	if c.StatusInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 {
+		errs = append(errs, errors.New("status-interval, flush-timeout and max-backoff must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,94 @@
+// Command eventforge is EventForge's single binary: the order API, the CDC
+// reader, the consumers, migrations, and a dev mode that starts a local real
+// stack (PostgreSQL + Kafka) and runs everything in one process.
+//
+// Every flag has an EVENTFORGE_* environment fallback (e.g. --database-url
+// and EVENTFORGE_DATABASE_URL); `eventforge <command> --help` lists them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/eventforge/eventforge/internal/failpoint"
+	"github.com/eventforge/eventforge/internal/logging"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	LogLevel   string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
+	Failpoints string `name:"failpoints" help:"Arm failpoints, e.g. cdc.after_ack_before_confirm=crash (testing and drills only)."`
+}
+
+type cli struct {
+	globals
+
+	API      apiCmd      `cmd:"" name:"api" help:"Run the order service (gRPC + REST gateway)."`
+	CDC      cdcCmd      `cmd:"" name:"cdc" help:"Run the CDC reader: replication slot → Kafka."`
+	Consumer consumerCmd `cmd:"" name:"consumer" help:"Run an idempotent consumer."`
+	Migrate  migrateCmd  `cmd:"" name:"migrate" help:"Apply database migrations and create the replication slot."`
+	Dev      devCmd      `cmd:"" name:"dev" help:"Start the local stack and run api + cdc + consumer in one process."`
+	Stack    stackCmd    `cmd:"" name:"stack" help:"Manage the local PostgreSQL + Kafka stack."`
+}
+
+// runEnv is what every command's Run receives.
+type runEnv struct {
+	ctx    context.Context
+	logger *slog.Logger
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "eventforge:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("eventforge"),
+		kong.Description("EventForge: orders with a transactional outbox, CDC to Kafka and idempotent consumers."),
+		kong.DefaultEnvars("EVENTFORGE"),
+		kong.UsageOnError(),
+	)
+	logger, err := logging.New(os.Stderr, c.LogLevel)
+	if err != nil {
+		return err
+	}
+	// dev runs several components and labels each itself.
+	if component := strings.Fields(kctx.Command())[0]; component != "dev" {
+		logger = logger.With("component", component)
+	}
+	slog.SetDefault(logger)
+
+	if c.Failpoints != "" {
+		if err := failpoint.Arm(c.Failpoints); err != nil {
+			return fmt.Errorf("--failpoints: %w", err)
+		}
+	} else if err := failpoint.ArmFromEnv(); err != nil {
+		return fmt.Errorf("%s: %w", failpoint.EnvVar, err)
+	}
+	if armed := failpoint.Armed(); len(armed) > 0 {
+		logger.Warn("failpoints armed", "failpoints", armed)
+		failpoint.OnFire = func(name string, action failpoint.Action) {
+			logger.Warn("failpoint fired", "failpoint", name, "action", action.String())
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = kctx.Run(&runEnv{ctx: ctx, logger: logger})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

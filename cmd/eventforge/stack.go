@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/eventforge/eventforge/internal/localstack"
+)
+
+type stackCmd struct {
+	Up     stackUpCmd     `cmd:"" help:"Start PostgreSQL and Kafka (idempotent) and create the topics."`
+	Down   stackDownCmd   `cmd:"" help:"Stop PostgreSQL and Kafka."`
+	Status stackStatusCmd `cmd:"" help:"Show whether PostgreSQL and Kafka run, with their endpoints."`
+}
+
+type stackFlags struct {
+	StateDir string `name:"state-dir" help:"Where the stack keeps its data (default /var/tmp/eventforge-<hash of checkout>)."`
+}
+
+func (f stackFlags) config() localstack.Config {
+	return localstack.Config{StateDir: f.StateDir}
+}
+
+type stackUpCmd struct {
+	stackFlags
+	PrintStarted bool `name:"print-started" help:"Print only the services this call started (space-separated) on stdout."`
+}
+
+func (c *stackUpCmd) Run(env *runEnv) error {
+	res, err := localstack.Up(env.ctx, c.config(), env.logger)
+	if err != nil {
+		return err
+	}
+	if c.PrintStarted {
+		var started []string
+		if res.StartedPostgres {
+			started = append(started, "postgres")
+		}
+		if res.StartedKafka {
+			started = append(started, "kafka")
+		}
+		fmt.Println(strings.Join(started, " "))
+		return nil
+	}
+	fmt.Printf("PostgreSQL  %s\nKafka       %s\n", res.PostgresDSN, res.KafkaBootstrap)
+	return nil
+}
+
+type stackDownCmd struct {
+	stackFlags
+}
+
+func (c *stackDownCmd) Run(env *runEnv) error {
+	return localstack.Down(env.ctx, c.config(), env.logger)
+}
+
+type stackStatusCmd struct {
+	stackFlags
+	JSON bool `name:"json" help:"Print JSON."`
+}
+
+func (c *stackStatusCmd) Run(env *runEnv) error {
+	rep, err := localstack.Status(env.ctx, c.config())
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	state := func(s localstack.ServiceStatus) string {
+		if !s.Running {
+			return "stopped"
+		}
+		return fmt.Sprintf("running (pid %d, rss %d MiB)", s.PID, s.RSSBytes>>20)
+	}
+	fmt.Printf("state dir   %s\nPostgreSQL  %s  %s\nKafka       %s  %s\n", rep.StateDir,
+		state(rep.Postgres), rep.PostgresDSN, state(rep.Kafka), rep.KafkaBootstrap)
+	return nil
+}

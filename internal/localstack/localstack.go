@@ -1,0 +1,177 @@
+package localstack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Result is what Up did.
+type Result struct {
+	Endpoints
+	// StartedPostgres is true when this call started PostgreSQL, false when
+	// it was already running.
+	StartedPostgres bool
+	// StartedKafka is true when this call started Kafka, false when it was
+	// already running.
+	StartedKafka bool
+}
+
+// Up makes sure PostgreSQL and Kafka run for cfg and the configured topics
+// exist. Zero fields of cfg take their defaults. Missing system packages
+// (PostgreSQL 15 server, Java 17+, Maven) are installed with apt-get when the
+// process is root; otherwise the error names the command to run. It is idempotent, and safe to call from several processes at
+// once: callers are serialised by a lock in the state dir. The services keep
+// running after the calling process exits; Down stops them.
+func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
+	begin := time.Now()
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Result{}, fmt.Errorf("validating local stack config: %w", err)
+	}
+	l := newLayout(cfg.StateDir)
+	log = log.With("state_dir", cfg.StateDir)
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return Result{}, fmt.Errorf("creating state dir: %w", err)
+	}
+	unlock, err := lockFile(ctx, l.lock, log)
+	if err != nil {
+		return Result{}, err
+	}
+	defer unlock()
+
+	t, err := ensurePrerequisites(ctx, realHost(log), log)
+	if err != nil {
+		return Result{}, fmt.Errorf("checking prerequisites: %w", err)
+	}
+
+	// Refuse before starting anything when a port is taken by a stranger.
+	if !alive(readPID(l.pgPIDFile)) {
+		if err := pgPortFree(cfg, l); err != nil {
+			return Result{}, fmt.Errorf("starting postgres: %w", err)
+		}
+	}
+	if kafkaPID(l) == 0 {
+		if err := kafkaPortsFree(cfg, l); err != nil {
+			return Result{}, fmt.Errorf("starting kafka: %w", err)
+		}
+	}
+
+	var res Result
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		started, err := upPostgres(gctx, cfg, l, log)
+		res.StartedPostgres = started
+		if err != nil {
+			return fmt.Errorf("starting postgres: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		started, err := upKafka(gctx, cfg, l, t, log)
+		res.StartedKafka = started
+		if err != nil {
+			return fmt.Errorf("starting kafka: %w", err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return res, err
+	}
+	pw, err := adminPassword(l)
+	if err != nil {
+		return res, err
+	}
+	res.Endpoints = cfg.endpoints(pw)
+	if err := ensureTopics(ctx, res.KafkaBootstrap, cfg.Topics, log); err != nil {
+		return res, fmt.Errorf("ensuring topics: %w", err)
+	}
+	log.Info("local stack up",
+		"pg_port", cfg.PGPort, "kafka_bootstrap", res.KafkaBootstrap,
+		"started_postgres", res.StartedPostgres, "started_kafka", res.StartedKafka,
+		"elapsed_ms", time.Since(begin).Milliseconds())
+	return res, nil
+}
+
+// Down stops Kafka (SIGTERM, then SIGKILL after 30 s) and PostgreSQL (fast
+// shutdown) of cfg's state dir. Services that are not running are no error.
+// State is kept: the next Up starts from it.
+func Down(ctx context.Context, cfg Config, log *slog.Logger) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("validating local stack config: %w", err)
+	}
+	l := newLayout(cfg.StateDir)
+	log = log.With("state_dir", cfg.StateDir)
+	if !fileExists(cfg.StateDir) {
+		return nil
+	}
+	unlock, err := lockFile(ctx, l.lock, log)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	kerr := stopKafka(ctx, l, log)
+	perr := stopPostgres(ctx, l, log)
+	if kerr != nil {
+		return kerr
+	}
+	return perr
+}
+
+// StatusReport describes the stack of one state dir.
+type StatusReport struct {
+	Endpoints
+	// StateDir is the directory the stack keeps its state in.
+	StateDir string
+	// Postgres is the PostgreSQL server (the postmaster process).
+	Postgres ServiceStatus
+	// Kafka is the broker process.
+	Kafka ServiceStatus
+}
+
+// ServiceStatus describes one service.
+type ServiceStatus struct {
+	// Running is true when the process lives and answers on its port.
+	Running bool
+	// PID is the process id from the service's pid file, 0 when it has none
+	// or the process is gone.
+	PID int
+	// RSSBytes is the resident memory of the process (children excluded).
+	RSSBytes int64
+	// LogFile is the service's main log.
+	LogFile string
+}
+
+// Status reports whether the services of cfg's state dir run. It takes no
+// lock and changes nothing.
+func Status(ctx context.Context, cfg Config) (StatusReport, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return StatusReport{}, fmt.Errorf("validating local stack config: %w", err)
+	}
+	l := newLayout(cfg.StateDir)
+	pw, _ := os.ReadFile(l.adminPassword)
+	rep := StatusReport{
+		Endpoints: cfg.endpoints(strings.TrimSpace(string(pw))),
+		StateDir:  cfg.StateDir,
+		Postgres:  ServiceStatus{LogFile: l.pgLog + "/postgresql.log"},
+		Kafka:     ServiceStatus{LogFile: l.kafkaLogs + "/server.log"},
+	}
+	if pid := readPID(l.pgPIDFile); alive(pid) {
+		rep.Postgres.PID = pid
+		rep.Postgres.RSSBytes = rssBytes(pid)
+		rep.Postgres.Running = pingPG(ctx, rep.AdminDSN) == nil
+	}
+	if pid := kafkaPID(l); pid != 0 {
+		rep.Kafka.PID = pid
+		rep.Kafka.RSSBytes = rssBytes(pid)
+		rep.Kafka.Running = answers(cfg.KafkaPort, time.Second)
+	}
+	return rep, nil
+}

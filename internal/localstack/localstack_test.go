@@ -1,0 +1,300 @@
+package localstack_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/internal/localstack"
+)
+
+// TestUpDown starts a private stack on free ports in its own state dir,
+// checks both services for real, checks that Up is idempotent under
+// concurrency, and that Down leaves no process behind.
+func TestUpDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	// t.TempDir is mode 0700 under a 0700 parent, which the postgres user
+	// cannot traverse; /var/tmp is world-traversable.
+	dir, err := os.MkdirTemp("/var/tmp", "eventforge-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 3)
+	cfg := localstack.Config{
+		StateDir:            dir,
+		PGPort:              ports[0],
+		KafkaPort:           ports[1],
+		KafkaControllerPort: ports[2],
+	}
+	t.Cleanup(func() {
+		if err := localstack.Down(context.Background(), cfg, log); err != nil {
+			t.Errorf("cleanup down: %v", err)
+		}
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("state dir kept for inspection: %s", dir)
+		}
+	})
+
+	begin := time.Now()
+	res, err := localstack.Up(ctx, cfg, log)
+	if err != nil {
+		t.Fatalf("first up: %v", err)
+	}
+	t.Logf("first up took %v", time.Since(begin))
+	if !res.StartedPostgres || !res.StartedKafka {
+		t.Errorf("first up: started postgres=%v kafka=%v, want both true", res.StartedPostgres, res.StartedKafka)
+	}
+	wantDSN := fmt.Sprintf("postgres://eventforge:eventforge@127.0.0.1:%d/eventforge?sslmode=disable", cfg.PGPort)
+	if res.PostgresDSN != wantDSN {
+		t.Errorf("postgres dsn = %q, want %q", res.PostgresDSN, wantDSN)
+	}
+	if want := "127.0.0.1:" + strconv.Itoa(cfg.KafkaPort); res.KafkaBootstrap != want {
+		t.Errorf("kafka bootstrap = %q, want %q", res.KafkaBootstrap, want)
+	}
+
+	checkPostgres(ctx, t, res.Endpoints)
+	checkTopic(ctx, t, res.KafkaBootstrap, localstack.DefaultTopic, localstack.DefaultTopicPartitions)
+
+	// Two more Ups at once: the lock serialises them and both find the
+	// services running.
+	var wg sync.WaitGroup
+	again := make([]localstack.Result, 2)
+	errs := make([]error, 2)
+	begin = time.Now()
+	for i := range again {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			again[i], errs[i] = localstack.Up(ctx, cfg, log)
+		}()
+	}
+	wg.Wait()
+	t.Logf("two concurrent second ups took %v", time.Since(begin))
+	for i := range again {
+		if errs[i] != nil {
+			t.Fatalf("second up %d: %v", i, errs[i])
+		}
+		if again[i].StartedPostgres || again[i].StartedKafka {
+			t.Errorf("second up %d: started postgres=%v kafka=%v, want both false", i, again[i].StartedPostgres, again[i].StartedKafka)
+		}
+		if again[i].Endpoints != res.Endpoints {
+			t.Errorf("second up %d: endpoints %+v, want %+v", i, again[i].Endpoints, res.Endpoints)
+		}
+	}
+
+	st, err := localstack.Status(ctx, cfg)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	if !st.Postgres.Running || !st.Kafka.Running {
+		t.Fatalf("status: %+v, want both running", st)
+	}
+	t.Logf("kafka pid %d rss %d MiB; postmaster pid %d rss %d MiB",
+		st.Kafka.PID, st.Kafka.RSSBytes>>20, st.Postgres.PID, st.Postgres.RSSBytes>>20)
+	procs := append(descendants(st.Postgres.PID), st.Postgres.PID, st.Kafka.PID)
+
+	if err := localstack.Down(ctx, cfg, log); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	for _, pid := range procs {
+		if processExists(pid) {
+			t.Errorf("pid %d (%s) still running after down", pid, readCmdline(pid))
+		}
+	}
+	if left := processesMentioning(dir); len(left) > 0 {
+		t.Errorf("processes still mention the state dir after down: %v", left)
+	}
+	st, err = localstack.Status(ctx, cfg)
+	if err != nil {
+		t.Fatalf("status after down: %v", err)
+	}
+	if st.Postgres.Running || st.Kafka.Running || st.Postgres.PID != 0 || st.Kafka.PID != 0 {
+		t.Errorf("status after down: %+v, want nothing running", st)
+	}
+	if err := localstack.Down(ctx, cfg, log); err != nil {
+		t.Errorf("second down: %v", err)
+	}
+}
+
+func checkPostgres(ctx context.Context, t *testing.T, ep localstack.Endpoints) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, ep.PostgresDSN)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", ep.PostgresDSN, err)
+	}
+	defer conn.Close(ctx)
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		t.Fatalf("show wal_level: %v", err)
+	}
+	if walLevel != "logical" {
+		t.Errorf("wal_level = %q, want logical", walLevel)
+	}
+	var repl, createdb bool
+	var user, db string
+	err = conn.QueryRow(ctx, "SELECT rolreplication, rolcreatedb, current_user, current_database() FROM pg_roles WHERE rolname = current_user").
+		Scan(&repl, &createdb, &user, &db)
+	if err != nil {
+		t.Fatalf("reading role: %v", err)
+	}
+	if !repl || !createdb || user != "eventforge" || db != "eventforge" {
+		t.Errorf("role %s in %s: replication=%v createdb=%v, want eventforge in eventforge with both", user, db, repl, createdb)
+	}
+
+	// A replication connection as the application role works over TCP.
+	rc, err := pgx.Connect(ctx, ep.PostgresDSN+"&replication=database")
+	if err != nil {
+		t.Fatalf("replication connection: %v", err)
+	}
+	rc.Close(ctx)
+
+	admin, err := pgx.Connect(ctx, ep.AdminDSN)
+	if err != nil {
+		t.Fatalf("connecting as superuser: %v", err)
+	}
+	defer admin.Close(ctx)
+	var super bool
+	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
+		t.Errorf("admin dsn superuser = %v, %v; want true", super, err)
+	}
+}
+
+func checkTopic(ctx context.Context, t *testing.T, bootstrap, topic string, partitions int) {
+	t.Helper()
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	desc, err := a.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}))
+	if err != nil {
+		t.Fatalf("describing %s: %v", topic, err)
+	}
+	if len(desc.TopicDescriptions) != 1 {
+		t.Fatalf("described %d topics, want 1", len(desc.TopicDescriptions))
+	}
+	d := desc.TopicDescriptions[0]
+	if d.Error.Code() != kafka.ErrNoError {
+		t.Fatalf("topic %s: %v", topic, d.Error)
+	}
+	if len(d.Partitions) != partitions {
+		t.Errorf("topic %s has %d partitions, want %d", topic, len(d.Partitions), partitions)
+	}
+	md, err := a.GetMetadata(&topic, false, 10000)
+	if err != nil {
+		t.Fatalf("metadata: %v", err)
+	}
+	if n := len(md.Topics[topic].Partitions); n != partitions {
+		t.Errorf("metadata of %s shows %d partitions, want %d", topic, n, partitions)
+	}
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+func processExists(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func readCmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// descendants returns the children of pid, recursively.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], p)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// processesMentioning lists live processes whose command line holds s.
+func processesMentioning(s string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cl := readCmdline(pid); strings.Contains(cl, s) && processExists(pid) {
+			out = append(out, fmt.Sprintf("%d: %s", pid, cl))
+		}
+	}
+	return out
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

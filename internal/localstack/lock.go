@@ -1,0 +1,48 @@
+package localstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+)
+
+// lockFile takes an exclusive flock(2) on path, waiting until ctx is done.
+// The lock belongs to the open file description, so it excludes other
+// processes and other callers in this process alike, and is released when
+// the process dies. Go opens files close-on-exec, so started services never
+// inherit it.
+func lockFile(ctx context.Context, path string, log *slog.Logger) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	waiting := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		if !waiting {
+			log.Info("waiting for state dir lock", "lock_file", path)
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for lock %s: %w", path, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}

@@ -1,0 +1,295 @@
+package localstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/eventforge/eventforge/deploy/local"
+)
+
+const (
+	// pgStartTimeout bounds pg_ctl start and stop.
+	pgStartTimeout = 120 * time.Second
+	// pgStartAttempts is how often pg_ctl start is tried.
+	pgStartAttempts = 3
+)
+
+// upPostgres creates the cluster on first use, starts it unless it already
+// runs, and ensures the application role and database exist. It reports
+// whether it started the server.
+func upPostgres(ctx context.Context, cfg Config, l layout, log *slog.Logger) (bool, error) {
+	owner, err := currentPGOwner()
+	if err != nil {
+		return false, err
+	}
+	for _, d := range []string{l.pgDir, l.pgRun, l.pgLog} {
+		if err := owner.mkdir(d, 0o700); err != nil {
+			return false, err
+		}
+	}
+	if d := untraversable(l.pgDir, owner.uid, owner.gid, os.Stat); d != "" {
+		return false, fmt.Errorf("user %s cannot traverse %s to reach %s: set %s to a directory under a world-traversable parent such as /var/tmp", owner.name, d, l.pgDir, StateDirEnv)
+	}
+	password, err := adminPassword(l)
+	if err != nil {
+		return false, err
+	}
+	if !fileExists(l.pgReady) {
+		if err := initCluster(ctx, l, owner, password, log); err != nil {
+			return false, fmt.Errorf("creating postgres cluster in %s: %w", l.pgData, err)
+		}
+	}
+	ep := cfg.endpoints(password)
+
+	started := false
+	if pid := readPID(l.pgPIDFile); alive(pid) && pingPG(ctx, ep.AdminDSN) == nil {
+		log.Info("postgres already running", "pid", pid, "pg_port", cfg.PGPort)
+	} else {
+		if err := startPostgres(ctx, cfg, l, owner, log); err != nil {
+			return false, err
+		}
+		started = true
+	}
+	if err := ensureAppRole(ctx, ep.AdminDSN); err != nil {
+		return started, err
+	}
+	return started, nil
+}
+
+// adminPassword returns the superuser password, creating it before the
+// cluster exists.
+func adminPassword(l layout) (string, error) {
+	b, err := os.ReadFile(l.adminPassword)
+	if err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading %s: %w", l.adminPassword, err)
+	}
+	if fileExists(l.pgReady) {
+		return "", fmt.Errorf("cluster in %s exists but %s is missing: remove %s to start over", l.pgData, l.adminPassword, l.root)
+	}
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("generating admin password: %w", err)
+	}
+	pw := hex.EncodeToString(raw)
+	if err := os.WriteFile(l.adminPassword, []byte(pw+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("writing %s: %w", l.adminPassword, err)
+	}
+	return pw, nil
+}
+
+// initCluster runs initdb and installs the stack's pg_hba.conf and the
+// include of its settings. A half-made data dir from an interrupted run is
+// removed first.
+func initCluster(ctx context.Context, l layout, owner pgOwner, password string, log *slog.Logger) error {
+	begin := time.Now()
+	if err := os.RemoveAll(l.pgData); err != nil {
+		return fmt.Errorf("removing incomplete data dir: %w", err)
+	}
+	if err := owner.writeFile(l.pgPwFile, []byte(password+"\n"), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(l.pgPwFile)
+	cmd := owner.command(ctx, l.pgDir, pgBin+"/initdb",
+		"-D", l.pgData,
+		"-U", adminUser,
+		"--pwfile="+l.pgPwFile,
+		"--auth-host=scram-sha-256",
+		"--auth-local=trust",
+		"--encoding=UTF8",
+		"--locale=C",
+		"--no-instructions",
+	)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("running initdb: %w\n%s", err, lastLines(string(out), 20))
+	}
+	hba, err := local.Files.ReadFile("pg_hba.conf")
+	if err != nil {
+		return fmt.Errorf("reading embedded pg_hba.conf: %w", err)
+	}
+	if err := owner.writeFile(l.pgHBA, hba, 0o600); err != nil {
+		return err
+	}
+	conf := l.pgData + "/postgresql.conf"
+	f, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", conf, err)
+	}
+	_, werr := fmt.Fprintf(f, "\n# Local stack settings (deploy/local/postgresql.conf).\ninclude_if_exists = '%s'\n", l.pgConfName)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return fmt.Errorf("appending to %s: %w", conf, err)
+	}
+	if err := os.WriteFile(l.pgReady, nil, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", l.pgReady, err)
+	}
+	log.Info("postgres cluster created", "data_dir", l.pgData, "elapsed_ms", time.Since(begin).Milliseconds())
+	return nil
+}
+
+// renderPGConf renders deploy/local/postgresql.conf for cfg.
+func renderPGConf(cfg Config, l layout) ([]byte, error) {
+	src, err := local.Files.ReadFile("postgresql.conf")
+	if err != nil {
+		return nil, fmt.Errorf("reading embedded postgresql.conf: %w", err)
+	}
+	tmpl, err := template.New("postgresql.conf").Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgresql.conf template: %w", err)
+	}
+	var b bytes.Buffer
+	err = tmpl.Execute(&b, map[string]string{
+		"Port":      strconv.Itoa(cfg.PGPort),
+		"SocketDir": l.pgRun,
+		"LogDir":    l.pgLog,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rendering postgresql.conf: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// pgPortFree reports an error when the PostgreSQL port is taken.
+func pgPortFree(cfg Config, l layout) error {
+	if err := portFree(cfg.PGPort); err != nil {
+		return fmt.Errorf("port %d on 127.0.0.1 is in use by a process that is not this stack's server (state dir %s): %w", cfg.PGPort, l.root, err)
+	}
+	return nil
+}
+
+// startPostgres writes the current settings and starts the server, waiting
+// until it accepts connections.
+func startPostgres(ctx context.Context, cfg Config, l layout, owner pgOwner, log *slog.Logger) error {
+	if err := pgPortFree(cfg, l); err != nil {
+		return err
+	}
+	conf, err := renderPGConf(cfg, l)
+	if err != nil {
+		return err
+	}
+	if err := owner.writeFile(l.pgData+"/"+l.pgConfName, conf, 0o600); err != nil {
+		return err
+	}
+	// A postmaster killed a moment ago may linger as a zombie, which
+	// PostgreSQL takes for a running server, and its children may still hold
+	// the shared memory: wait for the pid to vanish, then retry a few times.
+	if pid := readPID(l.pgPIDFile); pid != 0 {
+		waitGone(ctx, pid, 10*time.Second)
+	}
+	begin := time.Now()
+	for attempt := 1; ; attempt++ {
+		cmd := owner.command(ctx, l.pgDir, pgBin+"/pg_ctl",
+			"-D", l.pgData,
+			"-l", l.pgCtlLog,
+			"-w", "-t", strconv.Itoa(int(pgStartTimeout.Seconds())),
+			"start",
+		)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			break
+		}
+		if attempt < pgStartAttempts && ctx.Err() == nil {
+			log.Warn("postgres did not start, retrying", "attempt", attempt, "error", err.Error(), "output", lastLines(string(out), 3))
+			time.Sleep(time.Second)
+			continue
+		}
+		err = fmt.Errorf("running pg_ctl start: %w\n%s", err, lastLines(string(out), 10))
+		return withLogs(err, l.pgCtlLog, l.pgLog+"/postgresql.log")
+	}
+	log.Info("postgres started", "pid", readPID(l.pgPIDFile), "pg_port", cfg.PGPort,
+		"data_dir", l.pgData, "log_file", l.pgLog+"/postgresql.log", "elapsed_ms", time.Since(begin).Milliseconds())
+	return nil
+}
+
+// stopPostgres stops the server with a fast shutdown; it does nothing when
+// the server is not running.
+func stopPostgres(ctx context.Context, l layout, log *slog.Logger) error {
+	pid := readPID(l.pgPIDFile)
+	if !alive(pid) {
+		return nil
+	}
+	owner, err := currentPGOwner()
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	cmd := owner.command(ctx, l.pgDir, pgBin+"/pg_ctl",
+		"-D", l.pgData, "-m", "fast", "-w", "-t", strconv.Itoa(int(pgStartTimeout.Seconds())), "stop")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if !alive(pid) {
+			return nil
+		}
+		return fmt.Errorf("stopping postgres (pid %d): %w\n%s", pid, err, lastLines(string(out), 10))
+	}
+	log.Info("postgres stopped", "pid", pid, "elapsed_ms", time.Since(begin).Milliseconds())
+	return nil
+}
+
+// pingPG connects to dsn and pings, within a short bound.
+func pingPG(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.Ping(ctx)
+}
+
+// ensureAppRole makes sure the application role has its attributes and
+// password and owns the application database.
+func ensureAppRole(ctx context.Context, adminDSN string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return fmt.Errorf("connecting as %s: %w", adminUser, err)
+	}
+	defer conn.Close(context.Background())
+
+	role := pgx.Identifier{appUser}.Sanitize()
+	attrs := fmt.Sprintf("LOGIN REPLICATION CREATEDB PASSWORD '%s'", appPassword)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", appUser).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up role %s: %w", appUser, err)
+	}
+	stmt := "ALTER ROLE " + role + " " + attrs
+	if !exists {
+		stmt = "CREATE ROLE " + role + " " + attrs
+	}
+	if _, err := conn.Exec(ctx, stmt); err != nil && !isPGCode(err, "42710") {
+		return fmt.Errorf("ensuring role %s: %w", appUser, err)
+	}
+
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", appDatabase).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up database %s: %w", appDatabase, err)
+	}
+	if !exists {
+		stmt := "CREATE DATABASE " + pgx.Identifier{appDatabase}.Sanitize() + " OWNER " + role
+		if _, err := conn.Exec(ctx, stmt); err != nil && !isPGCode(err, "42P04") {
+			return fmt.Errorf("creating database %s: %w", appDatabase, err)
+		}
+	}
+	return nil
+}
+
+// isPGCode reports whether err is a PostgreSQL error with the SQLSTATE code.
+func isPGCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}

@@ -47,6 +47,37 @@ help: ## Show this help
 		/^##@/ { printf "\n%s\n", substr($$0, 5); next } \
 		/^[a-zA-Z0-9_.-]+:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
+##@ Run
+
+EVENTFORGE := $(BIN)/eventforge
+
+.PHONY: build
+build: ## Build bin/eventforge
+	$(GO) build -o $(EVENTFORGE) ./cmd/eventforge
+
+.PHONY: run
+run: build ## Start PostgreSQL + Kafka and EventForge, print the URLs (Ctrl-C stops EventForge)
+	$(EVENTFORGE) dev
+
+.PHONY: stop
+stop: build ## Stop the local PostgreSQL and Kafka
+	$(EVENTFORGE) stack down
+
+.PHONY: status
+status: build ## Show whether the local PostgreSQL and Kafka run
+	$(EVENTFORGE) stack status
+
+##@ Test
+
+GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
+
+# The stack is shared: tests reuse a running one (each test has its own
+# database, slot, topic and group) and `make test` stops only a stack it
+# started itself, so it passes beside `make run` and leaves nothing behind.
+.PHONY: test
+test: build ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed)
+	@started="$$($(EVENTFORGE) stack up --print-started)"; 	stop_started() { if [ -n "$$started" ]; then echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down; fi; }; 	trap stop_started EXIT; 	$(GO) test $(GO_TEST_FLAGS) ./...
+
 ##@ Contracts and code generation
 
 .PHONY: tools

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/internal/logging"
 )
 
 type stackCmd struct {
@@ -66,6 +67,7 @@ func (c *stackStatusCmd) Run(env *runEnv) error {
 	if err != nil {
 		return err
 	}
+	rep.AdminDSN = logging.MaskURL(rep.AdminDSN)
 	if c.JSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

@@ -298,3 +298,47 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestUpRefusesForeignPort checks that Up names a port held by another
+// process and starts nothing.
+func TestUpRefusesForeignPort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	dir, err := os.MkdirTemp("/var/tmp", "eventforge-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	ports := freePorts(t, 3)
+	tests := []struct {
+		name  string
+		taken int
+		want  string
+	}{
+		{"postgres port", ports[0], "starting postgres: port " + strconv.Itoa(ports[0])},
+		{"kafka port", ports[1], "starting kafka: port " + strconv.Itoa(ports[1])},
+		{"controller port", ports[2], "starting kafka: port " + strconv.Itoa(ports[2])},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(tt.taken))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			cfg := localstack.Config{StateDir: dir, PGPort: ports[0], KafkaPort: ports[1], KafkaControllerPort: ports[2]}
+			_, err = localstack.Up(ctx, cfg, log)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "in use") {
+				t.Fatalf("Up = %v, want error containing %q", err, tt.want)
+			}
+			if left := processesMentioning(dir); len(left) > 0 {
+				t.Errorf("Up started processes despite the taken port: %v", left)
+			}
+		})
+	}
+}

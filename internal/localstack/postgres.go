@@ -25,6 +25,9 @@ const (
 	pgStartTimeout = 120 * time.Second
 	// pgStartAttempts is how often pg_ctl start is tried.
 	pgStartAttempts = 3
+	// pgAnswerTimeout bounds the wait for a running server to accept
+	// connections.
+	pgAnswerTimeout = 30 * time.Second
 )
 
 // upPostgres creates the cluster on first use, starts it unless it already
@@ -55,7 +58,12 @@ func upPostgres(ctx context.Context, cfg Config, l layout, log *slog.Logger) (bo
 	ep := cfg.endpoints(password)
 
 	started := false
-	if pid := readPID(l.pgPIDFile); alive(pid) && pingPG(ctx, ep.AdminDSN) == nil {
+	if pid := readPID(l.pgPIDFile); alive(pid) {
+		// Ours runs: it may still be starting or recovering.
+		if err := waitPG(ctx, ep.AdminDSN, pid, pgAnswerTimeout); err != nil {
+			err = fmt.Errorf("postgres of this state dir runs (pid %d) but does not answer on port %d (if the port changed, run Down first): %w", pid, cfg.PGPort, err)
+			return false, withLogs(err, l.pgLog+"/postgresql.log")
+		}
 		log.Info("postgres already running", "pid", pid, "pg_port", cfg.PGPort)
 	} else {
 		if err := startPostgres(ctx, cfg, l, owner, log); err != nil {
@@ -249,6 +257,25 @@ func pingPG(ctx context.Context, dsn string) error {
 	}
 	defer conn.Close(context.Background())
 	return conn.Ping(ctx)
+}
+
+// waitPG pings dsn until it answers, the postmaster pid exits or timeout
+// passes.
+func waitPG(ctx context.Context, dsn string, pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := pingPG(ctx, dsn)
+		if err == nil {
+			return nil
+		}
+		if !alive(pid) {
+			return fmt.Errorf("postmaster exited: %w", err)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // ensureAppRole makes sure the application role has its attributes and

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eventforge/eventforge/internal/testenv"
+)
+
+// proc is one eventforge process under test.
+type proc struct {
+	t      testing.TB
+	name   string
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+	err    error // Wait result, valid after exited is closed
+}
+
+// artifactsDir is where process logs of a test are kept
+// (e2e/artifacts/<test>/), for reading after a failure.
+func artifactsDir(t testing.TB) string {
+	dir := filepath.Join("artifacts", strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// start runs `eventforge <args...>` with extra environment entries. The
+// process is stopped (SIGTERM, then SIGKILL) at cleanup.
+func start(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(artifactsDir(t), name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	p := &proc{t: t, name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("--- %s log (%s), last lines:\n%s", name, logPath, p.tail(40))
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits; SIGKILL after 15 s.
+func (p *proc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+// waitExit waits for the process to end by itself and returns its error.
+func (p *proc) waitExit(timeout time.Duration) error {
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(timeout):
+		return fmt.Errorf("%s still running after %s", p.name, timeout)
+	}
+}
+
+// killedBySIGKILL reports whether the process died of SIGKILL.
+func (p *proc) killedBySIGKILL() bool {
+	var ee *exec.ExitError
+	if !errors.As(p.err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+func (p *proc) tail(n int) string {
+	b, _ := os.ReadFile(p.log)
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// pipeline is one test's set of processes on its own testenv.Env.
+type pipeline struct {
+	env      *testenv.Env
+	grpcAddr string
+	httpAddr string
+}
+
+func newPipeline(t testing.TB) *pipeline {
+	return &pipeline{env: testenv.New(t), grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
+}
+
+func (pl *pipeline) startAPI(t testing.TB) *proc {
+	p := start(t, "api", nil, "api",
+		"--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
+	testenv.Eventually(t, 30*time.Second, "api ready", func() error {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("api exited: %v", p.err)
+		default:
+		}
+		return httpReady(pl.httpAddr)
+	})
+	return p
+}
+
+// startCDC starts a reader; extraEnv may arm failpoints.
+func (pl *pipeline) startCDC(t testing.TB, name string, extraEnv ...string) *proc {
+	return start(t, name, extraEnv, "cdc",
+		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
+		"--slot", pl.env.Slot, "--topic", "order="+pl.env.Topic, "--status-interval", "500ms",
+		"--log-level", "debug")
+}
+
+func (pl *pipeline) startConsumer(t testing.TB, name string, extraEnv ...string) *proc {
+	return start(t, name, extraEnv, "consumer",
+		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
+		"--name", "fulfillment", "--group", pl.env.Group, "--topics", pl.env.Topic,
+		"--commit-interval", "200ms", "--log-level", "debug")
+}

@@ -1,0 +1,176 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/eventforge/eventforge/api/store"
+	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
+)
+
+// fakeStore is a Store with func fields; nil funcs fail the test.
+type fakeStore struct {
+	t      *testing.T
+	create func(o *store.Order, ev store.OutboxEvent) error
+	get    func(id uuid.UUID) (store.Order, error)
+}
+
+func (f *fakeStore) CreateOrder(_ context.Context, o *store.Order, ev store.OutboxEvent) error {
+	if f.create == nil {
+		f.t.Fatal("CreateOrder called")
+	}
+	return f.create(o, ev)
+}
+
+func (f *fakeStore) GetOrder(_ context.Context, id uuid.UUID) (store.Order, error) {
+	if f.get == nil {
+		f.t.Fatal("GetOrder called")
+	}
+	return f.get(id)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func validRequest() *eventforgev1.CreateOrderRequest {
+	return &eventforgev1.CreateOrderRequest{
+		CustomerId: "c-1",
+		Currency:   "EUR",
+		Items:      []*eventforgev1.OrderItem{{Sku: "SKU-1", Quantity: 2, UnitPriceCents: 1999}},
+	}
+}
+
+func violations(t *testing.T, err error) (codes.Code, []string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	var fields []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	return st.Code(), fields
+}
+
+func TestCreateOrderValidation(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*eventforgev1.CreateOrderRequest)
+		fields []string
+	}{
+		{name: "empty customer", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = "" }, fields: []string{"customer_id"}},
+		{name: "long customer", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = strings.Repeat("c", 129) }, fields: []string{"customer_id"}},
+		{name: "lower-case currency", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Currency = "eur" }, fields: []string{"currency"}},
+		{name: "no items", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items = nil }, fields: []string{"items"}},
+		{name: "too many items", mutate: func(r *eventforgev1.CreateOrderRequest) {
+			for len(r.Items) <= MaxItems {
+				r.Items = append(r.Items, &eventforgev1.OrderItem{Sku: "S", Quantity: 1})
+			}
+		}, fields: []string{"items"}},
+		{name: "bad sku", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Sku = "sku with spaces" }, fields: []string{"items[0].sku"}},
+		{name: "zero quantity", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Quantity = 0 }, fields: []string{"items[0].quantity"}},
+		{name: "huge quantity", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Quantity = MaxQuantity + 1 }, fields: []string{"items[0].quantity"}},
+		{name: "negative price", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].UnitPriceCents = -1 }, fields: []string{"items[0].unit_price_cents"}},
+		{name: "total overflow", mutate: func(r *eventforgev1.CreateOrderRequest) {
+			r.Items = []*eventforgev1.OrderItem{{Sku: "A", Quantity: 2, UnitPriceCents: math.MaxInt64 / 2}, {Sku: "B", Quantity: 1, UnitPriceCents: 10}}
+		}, fields: []string{"items"}},
+		{name: "several at once", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId, r.Currency = "", "" }, fields: []string{"customer_id", "currency"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := New(&fakeStore{t: t}, quiet) // any store call fails the test
+			req := validRequest()
+			tt.mutate(req)
+			_, err := srv.CreateOrder(context.Background(), req)
+			code, fields := violations(t, err)
+			if code != codes.InvalidArgument {
+				t.Fatalf("code %v, want InvalidArgument (err %v)", code, err)
+			}
+			if strings.Join(fields, ",") != strings.Join(tt.fields, ",") {
+				t.Fatalf("violations %v, want %v", fields, tt.fields)
+			}
+		})
+	}
+}
+
+func TestCreateOrderWritesOrderAndEvent(t *testing.T) {
+	var gotOrder *store.Order
+	var gotEvent store.OutboxEvent
+	srv := New(&fakeStore{t: t, create: func(o *store.Order, ev store.OutboxEvent) error {
+		gotOrder, gotEvent = o, ev
+		return nil
+	}}, quiet)
+	req := validRequest()
+	req.Items = append(req.Items, &eventforgev1.OrderItem{Sku: "SKU-2", Quantity: 1, UnitPriceCents: 2})
+	resp, err := srv.CreateOrder(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotOrder.TotalCents != 2*1999+2 || resp.GetOrder().GetTotalCents() != 4000 {
+		t.Fatalf("total %d / %d, want 4000", gotOrder.TotalCents, resp.GetOrder().GetTotalCents())
+	}
+	if gotOrder.Status != store.StatusCreated || resp.GetOrder().GetStatus() != eventforgev1.OrderStatus_ORDER_STATUS_CREATED {
+		t.Fatalf("status %q / %v", gotOrder.Status, resp.GetOrder().GetStatus())
+	}
+	if gotEvent.AggregateType != "order" || gotEvent.Type != "OrderCreated" || gotEvent.AggregateID != gotOrder.ID.String() {
+		t.Fatalf("event %+v does not describe order %s", gotEvent, gotOrder.ID)
+	}
+	if resp.GetEventId() != gotEvent.ID.String() || gotEvent.ID == gotOrder.ID {
+		t.Fatalf("event id %s (response %s), order id %s", gotEvent.ID, resp.GetEventId(), gotOrder.ID)
+	}
+	var payload eventforgev1.OrderCreated
+	if err := protojson.Unmarshal(gotEvent.Payload, &payload); err != nil {
+		t.Fatalf("payload is not OrderCreated protojson: %v", err)
+	}
+	if payload.GetOrderId() != gotOrder.ID.String() || payload.GetTotalCents() != 4000 || len(payload.GetItems()) != 2 {
+		t.Fatalf("payload %v", &payload)
+	}
+	if !strings.Contains(string(gotEvent.Payload), `"order_id"`) {
+		t.Fatalf("payload does not use proto field names: %s", gotEvent.Payload)
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{"not found", store.ErrOrderNotFound, codes.NotFound},
+		{"unavailable", errors.Join(store.ErrUnavailable, errors.New("dial tcp: connection refused")), codes.Unavailable},
+		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
+		{"internal", errors.New("pq: secret internal detail"), codes.Internal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := New(&fakeStore{t: t, get: func(uuid.UUID) (store.Order, error) { return store.Order{}, tt.err }}, quiet)
+			_, err := srv.GetOrder(context.Background(), &eventforgev1.GetOrderRequest{OrderId: uuid.NewString()})
+			st, _ := status.FromError(err)
+			if st.Code() != tt.want {
+				t.Fatalf("code %v, want %v", st.Code(), tt.want)
+			}
+			if strings.Contains(st.Message(), "secret") || strings.Contains(st.Message(), "dial tcp") {
+				t.Fatalf("internal error text reached the client: %q", st.Message())
+			}
+		})
+	}
+	t.Run("malformed id", func(t *testing.T) {
+		srv := New(&fakeStore{t: t}, quiet)
+		_, err := srv.GetOrder(context.Background(), &eventforgev1.GetOrderRequest{OrderId: "nope"})
+		if code, fields := violations(t, err); code != codes.InvalidArgument || len(fields) != 1 || fields[0] != "order_id" {
+			t.Fatalf("got %v %v", code, fields)
+		}
+	})
+}

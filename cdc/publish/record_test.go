@@ -1,0 +1,63 @@
+package publish
+
+import (
+	"testing"
+
+	"github.com/eventforge/eventforge/cdc/decode"
+)
+
+func TestCloudEventType(t *testing.T) {
+	tests := []struct{ agg, typ, want string }{
+		{"order", "OrderCreated", "eventforge.order.created.v1"},
+		{"order", "OrderCancelled", "eventforge.order.cancelled.v1"},
+		{"order", "OrderItemAdded", "eventforge.order.item.added.v1"},
+		{"payment", "Captured", "eventforge.payment.captured.v1"},
+	}
+	for _, tt := range tests {
+		if got := CloudEventType(tt.agg, tt.typ); got != tt.want {
+			t.Errorf("CloudEventType(%q, %q) = %q, want %q", tt.agg, tt.typ, got, tt.want)
+		}
+	}
+}
+
+func TestRouter(t *testing.T) {
+	r := Router{Topics: map[string]string{"order": "eventforge.orders"}, Fallback: "eventforge.{aggregatetype}"}
+	if got := r.Topic("order"); got != "eventforge.orders" {
+		t.Errorf("order → %q", got)
+	}
+	if got := r.Topic("payment"); got != "eventforge.payment" {
+		t.Errorf("payment → %q", got)
+	}
+}
+
+func TestRecord(t *testing.T) {
+	ev := &decode.Event{
+		ID: "e-1", AggregateType: "order", AggregateID: "o-1", Type: "OrderCreated",
+		Payload: []byte(`{"order_id":"o-1"}`), Headers: map[string]string{"traceparent": "00-abc-def-01"},
+		CreatedAt: "2026-11-30 05:00:01.5+00",
+	}
+	m := Record(ev, "eventforge.orders")
+	if *m.TopicPartition.Topic != "eventforge.orders" || string(m.Key) != "o-1" || string(m.Value) != `{"order_id":"o-1"}` {
+		t.Fatalf("record %v key %q value %q", m.TopicPartition, m.Key, m.Value)
+	}
+	got := map[string]string{}
+	for _, h := range m.Headers {
+		if _, dup := got[h.Key]; dup {
+			t.Fatalf("header %s twice", h.Key)
+		}
+		got[h.Key] = string(h.Value)
+	}
+	want := map[string]string{
+		"id": "e-1", "type": "OrderCreated", "ce_specversion": "1.0", "ce_id": "e-1",
+		"ce_type": "eventforge.order.created.v1", "ce_source": "/eventforge/order",
+		"ce_time": "2026-11-30T05:00:01.5Z", "content-type": "application/json", "traceparent": "00-abc-def-01",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("header %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("headers %v, want %v", got, want)
+	}
+}

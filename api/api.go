@@ -22,6 +22,7 @@ import (
 
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
+	"github.com/eventforge/eventforge/internal/metrics"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -145,6 +146,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}`))
 	})
+	mux.Handle("GET /metrics", metrics.Handler())
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(eventforgev1.OpenAPI)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -57,12 +58,15 @@ func (s *Server) CreateOrder(ctx context.Context, req *eventforgev1.CreateOrderR
 	if err != nil {
 		return nil, s.internal(ctx, "generating event id", err)
 	}
+	now := time.Now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
 	o := &store.Order{
 		ID:         orderID,
 		CustomerID: req.GetCustomerId(),
 		Currency:   req.GetCurrency(),
 		TotalCents: total,
 		Status:     store.StatusCreated,
+		CreatedAt:  now,
+		UpdatedAt:  now,
 	}
 	for _, it := range req.GetItems() {
 		o.Items = append(o.Items, store.Item{SKU: it.GetSku(), Quantity: it.GetQuantity(), UnitPriceCents: it.GetUnitPriceCents()})
@@ -73,6 +77,7 @@ func (s *Server) CreateOrder(ctx context.Context, req *eventforgev1.CreateOrderR
 		Currency:   o.Currency,
 		Items:      req.GetItems(),
 		TotalCents: total,
+		CreateTime: timestamppb.New(now),
 	})
 	if err != nil {
 		return nil, s.internal(ctx, "encoding OrderCreated", err)

@@ -79,7 +79,7 @@ type Store struct {
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 // CreateOrder inserts the order, its items and its outbox event in one
-// transaction. The order's CreatedAt/UpdatedAt are set from the database.
+// transaction. The order's CreatedAt and UpdatedAt are stored as given.
 func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent) error {
 	headers := ev.Headers
 	if headers == nil {
@@ -98,10 +98,9 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent) error
 
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(`INSERT INTO orders (id, customer_id, currency, total_cents, status)
-			VALUES ($1, $2, $3, $4, $5) RETURNING created_at, updated_at`,
-			o.ID, o.CustomerID, o.Currency, o.TotalCents, o.Status).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&o.CreatedAt, &o.UpdatedAt) })
+		b.Queue(`INSERT INTO orders (id, customer_id, currency, total_cents, status, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			o.ID, o.CustomerID, o.Currency, o.TotalCents, o.Status, o.CreatedAt, o.UpdatedAt)
 		b.Queue(`INSERT INTO order_items (order_id, line_no, sku, quantity, unit_price_cents)
 			SELECT $1, t.n, t.sku, t.qty, t.price
 			FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS t(sku, qty, price, n)`,

@@ -23,6 +23,10 @@ const Name = "fulfillment"
 // transaction rolls back so no mark is left without an effect.
 var ErrOrderNotFound = errors.New("order not found")
 
+// payloadJSON parses event payloads; unknown fields are ignored so producers
+// can add fields without breaking consumers.
+var payloadJSON = protojson.UnmarshalOptions{DiscardUnknown: true}
+
 // Handler applies order events for fulfillment.
 type Handler struct{}
 
@@ -31,7 +35,7 @@ func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
 	switch ev.Type {
 	case "OrderCreated":
 		var created eventforgev1.OrderCreated
-		if err := protojson.Unmarshal(ev.Payload, &created); err != nil {
+		if err := payloadJSON.Unmarshal(ev.Payload, &created); err != nil {
 			return fmt.Errorf("%w: OrderCreated payload: %v", runtime.ErrMalformed, err)
 		}
 		if created.GetOrderId() != ev.Key {

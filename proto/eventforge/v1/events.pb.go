@@ -122,6 +122,83 @@ func (x *OrderCreated) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// OrderCancelled is the payload of the outbox event of type
+// "OrderCancelled", recorded in the same transaction as the status change it
+// describes and stored as protojson. For one order it is always committed,
+// and therefore published and applied, after that order's OrderCreated.
+type OrderCancelled struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifier of the cancelled order (Order.order_id).
+	OrderId string `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// Identifier of the customer who placed the order.
+	CustomerId string `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	// Why the order was cancelled, as given by the caller; may be empty.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the order was cancelled; equal to Order.update_time after the
+	// cancellation.
+	CancelTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderCancelled) Reset() {
+	*x = OrderCancelled{}
+	mi := &file_eventforge_v1_events_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderCancelled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderCancelled) ProtoMessage() {}
+
+func (x *OrderCancelled) ProtoReflect() protoreflect.Message {
+	mi := &file_eventforge_v1_events_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderCancelled.ProtoReflect.Descriptor instead.
+func (*OrderCancelled) Descriptor() ([]byte, []int) {
+	return file_eventforge_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *OrderCancelled) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *OrderCancelled) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *OrderCancelled) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OrderCancelled) GetCancelTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CancelTime
+	}
+	return nil
+}
+
 var File_eventforge_v1_events_proto protoreflect.FileDescriptor
 
 const file_eventforge_v1_events_proto_rawDesc = "" +
@@ -136,7 +213,14 @@ const file_eventforge_v1_events_proto_rawDesc = "" +
 	"\vtotal_cents\x18\x05 \x01(\x03R\n" +
 	"totalCents\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTimeBCZAgithub.com/eventforge/eventforge/proto/eventforge/v1;eventforgev1b\x06proto3"
+	"createTime\"\xa1\x01\n" +
+	"\x0eOrderCancelled\x12\x19\n" +
+	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x1f\n" +
+	"\vcustomer_id\x18\x02 \x01(\tR\n" +
+	"customerId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12;\n" +
+	"\vcancel_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"cancelTimeBCZAgithub.com/eventforge/eventforge/proto/eventforge/v1;eventforgev1b\x06proto3"
 
 var (
 	file_eventforge_v1_events_proto_rawDescOnce sync.Once
@@ -150,20 +234,22 @@ func file_eventforge_v1_events_proto_rawDescGZIP() []byte {
 	return file_eventforge_v1_events_proto_rawDescData
 }
 
-var file_eventforge_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_eventforge_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_eventforge_v1_events_proto_goTypes = []any{
 	(*OrderCreated)(nil),          // 0: eventforge.v1.OrderCreated
-	(*OrderItem)(nil),             // 1: eventforge.v1.OrderItem
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(*OrderCancelled)(nil),        // 1: eventforge.v1.OrderCancelled
+	(*OrderItem)(nil),             // 2: eventforge.v1.OrderItem
+	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
 }
 var file_eventforge_v1_events_proto_depIdxs = []int32{
-	1, // 0: eventforge.v1.OrderCreated.items:type_name -> eventforge.v1.OrderItem
-	2, // 1: eventforge.v1.OrderCreated.create_time:type_name -> google.protobuf.Timestamp
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2, // 0: eventforge.v1.OrderCreated.items:type_name -> eventforge.v1.OrderItem
+	3, // 1: eventforge.v1.OrderCreated.create_time:type_name -> google.protobuf.Timestamp
+	3, // 2: eventforge.v1.OrderCancelled.cancel_time:type_name -> google.protobuf.Timestamp
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_eventforge_v1_events_proto_init() }
@@ -178,7 +264,7 @@ func file_eventforge_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_eventforge_v1_events_proto_rawDesc), len(file_eventforge_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

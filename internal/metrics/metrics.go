@@ -1,0 +1,52 @@
+// Package metrics serves Prometheus metrics. Components declare their
+// metrics as package-level collectors registered with the default Prometheus
+// registry (promauto), so `eventforge dev`, which runs every component in one
+// process, exposes them all on one endpoint. Labels never carry order or
+// event IDs: their value sets must not grow with traffic.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the default registry in the Prometheus text format.
+func Handler() http.Handler {
+	return promhttp.Handler()
+}
+
+// Serve exposes /metrics on addr until ctx is cancelled. An empty addr
+// disables it. ready, if not nil, receives the bound address.
+func Serve(ctx context.Context, addr string, logger *slog.Logger, ready chan<- string) error {
+	if addr == "" {
+		return nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("metrics listening", "metrics_addr", lis.Addr().String())
+	if ready != nil {
+		ready <- lis.Addr().String()
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving metrics: %w", err)
+	}
+	return nil
+}

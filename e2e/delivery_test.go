@@ -90,8 +90,8 @@ func recordsByEventID(t testing.TB, pl *pipeline) map[string][]testenv.Record {
 func TestHappyPath(t *testing.T) {
 	pl := newPipeline(t)
 	pl.startAPI(t)
-	pl.startCDC(t, "cdc")
-	pl.startConsumer(t, "consumer")
+	pl.startCDC(t, "cdc", nil)
+	pl.startConsumer(t, "consumer", nil)
 	client := grpcClient(t, pl.grpcAddr)
 
 	const perTransport = 10
@@ -160,12 +160,12 @@ func TestHappyPath(t *testing.T) {
 func TestRelayCrashAfterAckBeforeConfirm(t *testing.T) {
 	pl := newPipeline(t)
 	pl.startAPI(t)
-	pl.startConsumer(t, "consumer")
+	pl.startConsumer(t, "consumer", nil)
 	before, err := confirmedFlush(pl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashing := pl.startCDC(t, "cdc-crashing", "EVENTFORGE_FAILPOINTS="+cdc.FailpointAfterAckBeforeConfirm+"=crash")
+	crashing := pl.startCDC(t, "cdc-crashing", []string{"EVENTFORGE_FAILPOINTS=" + cdc.FailpointAfterAckBeforeConfirm + "=crash"})
 
 	orderID, eventID := createREST(t, pl.httpAddr, "crash-customer")
 	commitLSN := currentWAL(t, pl)
@@ -181,7 +181,7 @@ func TestRelayCrashAfterAckBeforeConfirm(t *testing.T) {
 		t.Fatalf("after the crash: confirmed_flush_lsn %s (err %v) passed the commit %s; before the crash it was %s", lsn, err, commitLSN, before)
 	}
 
-	pl.startCDC(t, "cdc-restarted")
+	pl.startCDC(t, "cdc-restarted", nil)
 	testenv.Eventually(t, 60*time.Second, "event republished", func() error {
 		if n := len(recordsByEventID(t, pl)[eventID]); n != 2 {
 			return fmt.Errorf("%d records with id %s", n, eventID)

@@ -148,17 +148,22 @@ func (pl *pipeline) startAPI(t testing.TB) *proc {
 	return p
 }
 
-// startCDC starts a reader; extraEnv may arm failpoints.
-func (pl *pipeline) startCDC(t testing.TB, name string, extraEnv ...string) *proc {
-	return start(t, name, extraEnv, "cdc",
+// startCDC starts a reader on the test's slot and topic. env may arm
+// failpoints (EVENTFORGE_FAILPOINTS=...); extra flags are appended.
+func (pl *pipeline) startCDC(t testing.TB, name string, env []string, extra ...string) *proc {
+	args := append([]string{"cdc",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
-		"--slot", pl.env.Slot, "--topic", "order="+pl.env.Topic, "--status-interval", "500ms",
-		"--log-level", "debug")
+		"--slot", pl.env.Slot, "--topic", "order=" + pl.env.Topic, "--status-interval", "500ms",
+		"--log-level", "debug"}, extra...)
+	return start(t, name, env, args...)
 }
 
-func (pl *pipeline) startConsumer(t testing.TB, name string, extraEnv ...string) *proc {
-	return start(t, name, extraEnv, "consumer",
+// startConsumer starts the fulfillment consumer on the test's topic and
+// group. env may arm failpoints; extra flags are appended.
+func (pl *pipeline) startConsumer(t testing.TB, name string, env []string, extra ...string) *proc {
+	args := append([]string{"consumer",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--name", "fulfillment", "--group", pl.env.Group, "--topics", pl.env.Topic,
-		"--commit-interval", "200ms", "--log-level", "debug")
+		"--commit-interval", "200ms", "--log-level", "debug"}, extra...)
+	return start(t, name, env, args...)
 }

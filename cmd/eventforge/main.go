@@ -37,6 +37,7 @@ type cli struct {
 	Migrate  migrateCmd  `cmd:"" name:"migrate" help:"Apply database migrations and create the replication slot."`
 	Dev      devCmd      `cmd:"" name:"dev" help:"Start the local stack and run api + cdc + consumer in one process."`
 	Stack    stackCmd    `cmd:"" name:"stack" help:"Manage the local PostgreSQL + Kafka stack."`
+	Verify   verifyCmd   `cmd:"" name:"verify" help:"Audit durable state: lost events, duplicate effects, ordering."`
 }
 
 // runEnv is what every command's Run receives.

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/eventforge/eventforge/verify"
+)
+
+type verifyCmd struct {
+	verify.Config `embed:""`
+	JSON          bool `name:"json" help:"Print the report as one JSON object."`
+}
+
+// Run audits durable state and exits 1 when the delivery contract is
+// violated.
+func (c *verifyCmd) Run(env *runEnv) error {
+	rep, err := verify.Run(env.ctx, c.Config)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		err = rep.WriteJSON(os.Stdout)
+	} else {
+		err = rep.WriteTable(os.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("delivery contract violated: lost %d, duplicate effects %d, marks without effect %d, effects without mark %d, ordering violations %d",
+			rep.Lost, rep.DuplicateEffects, rep.MarksWithoutEffect, rep.EffectsWithoutMark, rep.OrderingViolations)
+	}
+	return nil
+}

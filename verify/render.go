@@ -1,0 +1,59 @@
+package verify
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the report as one JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report as a human-readable table.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("logical events", r.LogicalEvents)
+	row("deliveries", r.Deliveries)
+	row("duplicate deliveries", r.DuplicateDeliveries)
+	names := make([]string, 0, len(r.BusinessChanges))
+	for n := range r.BusinessChanges {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		row("business changes ("+n+")", r.BusinessChanges[n])
+		row("  pending ("+n+")", r.Pending[n])
+		row("  dead-lettered ("+n+")", r.DeadLettered[n])
+	}
+	row("unpublished (in flight)", r.Unpublished)
+	row("slot lag bytes", r.SlotLagBytes)
+	row("lost", r.Lost)
+	row("duplicate effects", r.DuplicateEffects)
+	row("marks without effect", r.MarksWithoutEffect)
+	row("effects without mark", r.EffectsWithoutMark)
+	row("ordering violations", r.OrderingViolations)
+	if !r.Drained {
+		row("drained", "no: the pipeline did not drain within --wait")
+	}
+	verdict := "OK: no event lost, no effect applied twice"
+	if !r.OK() {
+		verdict = "VIOLATED"
+	}
+	row("verdict", verdict)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, v := range r.Violations {
+		if _, err := fmt.Fprintln(w, "  -", v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+// Package verify is EventForge's delivery auditor. It reads durable state
+// only — the outbox, processed_events and business tables in PostgreSQL, the
+// topic as Kafka stores it (read from the beginning by a reader that joins no
+// group and commits nothing), the consumer groups' committed offsets and the
+// replication slot — and turns it into the three counters of the design
+// (logical events, deliveries, business changes) plus the violations that
+// would break the promise "at-least-once delivery, exactly one business
+// effect": lost events, duplicate effects, marks without effect and per-order
+// ordering violations.
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config says what to audit.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string.
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	// KafkaBrokers is the Kafka bootstrap server list.
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	// Topic is the topic the CDC reader publishes order events to.
+	Topic string `name:"topic" help:"Topic of the order events." default:"eventforge.orders"`
+	// DLQTopic is the dead-letter topic; empty means <topic>.dlq. A missing
+	// DLQ topic is treated as empty.
+	DLQTopic string `name:"dlq-topic" help:"Dead-letter topic (default <topic>.dlq)."`
+	// Consumers maps consumer names to their Kafka groups.
+	Consumers map[string]string `name:"consumer" help:"consumer=group pairs to audit (repeatable)." default:"fulfillment=eventforge-fulfillment"`
+	// Slot is the replication slot of the CDC reader.
+	Slot string `name:"slot" help:"Replication slot of the CDC reader." default:"eventforge_outbox"`
+	// Wait, when positive, first waits (up to this long) for the slot to
+	// confirm everything committed so far and for every group to commit up to
+	// the end of the topic, so that in-flight events are not reported as
+	// pending.
+	Wait time.Duration `name:"wait" help:"Wait up to this long for the pipeline to drain before auditing (0: audit at once)." default:"0s"`
+}
+
+// DefaultConfig returns the configuration the flags default to.
+func DefaultConfig() Config {
+	return Config{
+		DatabaseURL:  "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		KafkaBrokers: "127.0.0.1:19092",
+		Topic:        "eventforge.orders",
+		Consumers:    map[string]string{"fulfillment": "eventforge-fulfillment"},
+		Slot:         "eventforge_outbox",
+	}
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DatabaseURL == "" || c.KafkaBrokers == "" || c.Topic == "" || c.Slot == "" {
+		errs = append(errs, errors.New("database-url, kafka-brokers, topic and slot are required"))
+	}
+	for name := range c.Consumers {
+		if _, ok := effectChecks[name]; !ok {
+			errs = append(errs, fmt.Errorf("no effect check for consumer %q (known: %v)", name, knownConsumers()))
+		}
+	}
+	if c.Wait < 0 {
+		errs = append(errs, errors.New("wait must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) dlqTopic() string {
+	if c.DLQTopic != "" {
+		return c.DLQTopic
+	}
+	return c.Topic + ".dlq"
+}
+
+// Report is the audit's result. Its JSON form is the stable output of
+// `eventforge verify --json`.
+type Report struct {
+	// LogicalEvents is the number of outbox events (one per business fact).
+	LogicalEvents int `json:"logical_events"`
+	// Deliveries is the number of records in the topic.
+	Deliveries int `json:"deliveries"`
+	// DuplicateDeliveries is Deliveries minus the distinct event IDs among
+	// them: records republished after a relay crash, replays, and so on.
+	DuplicateDeliveries int `json:"duplicate_deliveries"`
+	// BusinessChanges counts each consumer's business effects.
+	BusinessChanges map[string]int `json:"business_changes"`
+	// Lost counts events the contract lost: an outbox event absent from
+	// Kafka although the slot confirmed past it, or a record a consumer's
+	// committed offset passed without applying it (and without
+	// dead-lettering it).
+	Lost int `json:"lost"`
+	// DuplicateEffects counts business effects applied more than once.
+	DuplicateEffects int `json:"duplicate_effects"`
+	// MarksWithoutEffect counts processed_events marks whose effect is
+	// missing; EffectsWithoutMark the reverse.
+	MarksWithoutEffect int `json:"marks_without_effect"`
+	EffectsWithoutMark int `json:"effects_without_mark"`
+	// OrderingViolations counts orders whose events are spread over several
+	// partitions or appear in Kafka out of commit order.
+	OrderingViolations int `json:"ordering_violations"`
+
+	// Unpublished counts outbox events not in Kafka yet while the slot has
+	// not confirmed past them: in flight, not lost.
+	Unpublished int `json:"unpublished"`
+	// Pending counts, per consumer, records beyond the committed offset that
+	// are not applied yet: in flight, not lost.
+	Pending map[string]int `json:"pending"`
+	// DeadLettered counts, per consumer, events found in the DLQ.
+	DeadLettered map[string]int `json:"dead_lettered"`
+	// SlotLagBytes is the WAL between the server's position and the slot's
+	// confirmed_flush_lsn at the time of the audit.
+	SlotLagBytes int64 `json:"slot_lag_bytes"`
+	// Drained is false when Wait was set and the pipeline did not drain in
+	// time (pending work is then expected).
+	Drained bool `json:"drained"`
+	// Violations describes the first violations found, one per line.
+	Violations []string `json:"violations"`
+}
+
+// OK reports whether the audit found no violation of the contract.
+func (r *Report) OK() bool {
+	return r.Lost == 0 && r.DuplicateEffects == 0 && r.MarksWithoutEffect == 0 &&
+		r.EffectsWithoutMark == 0 && r.OrderingViolations == 0
+}
+
+// maxDetails bounds Report.Violations; counters stay exact.
+const maxDetails = 50
+
+func (r *Report) violate(format string, args ...any) {
+	if len(r.Violations) < maxDetails {
+		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// Run audits and returns the report. An error means the audit itself could
+// not be completed (unreachable database or broker); contract violations are
+// in the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid verify config: %w", err)
+	}
+	a, err := newAuditor(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer a.close()
+	return a.run(ctx)
+}

@@ -1,22 +1,30 @@
 // Package api is EventForge's order service: gRPC OrderService, the REST
-// gateway in front of it, and health endpoints. Every CreateOrder writes the
-// order and its outbox event in one PostgreSQL transaction (package store).
+// gateway in front of it, gRPC health and reflection, HTTP health endpoints
+// and the OpenAPI document. Every change to an order is written together with
+// its outbox event in one PostgreSQL transaction (package store).
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -38,16 +46,39 @@ type Config struct {
 	MaxConns int32 `name:"max-conns" help:"PostgreSQL pool size." default:"16"`
 	// ShutdownTimeout bounds the graceful drain of in-flight requests.
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" help:"How long shutdown waits for in-flight requests." default:"10s"`
+	// RequestTimeout caps every call's deadline (a shorter client deadline
+	// wins); the deadline bounds the call's database work.
+	RequestTimeout time.Duration `name:"request-timeout" help:"Longest time one request may take, database work included; shorter client deadlines win." default:"10s"`
+	// IdempotencyWindow is how long CreateOrder idempotency keys are kept at
+	// least; older keys are pruned.
+	IdempotencyWindow time.Duration `name:"idempotency-window" help:"How long CreateOrder idempotency keys are kept before they are pruned." default:"24h"`
+	// PruneInterval is how often expired idempotency keys are deleted.
+	PruneInterval time.Duration `name:"prune-interval" help:"How often expired idempotency keys are deleted." default:"1m"`
+	// Handlers are extra HTTP handlers mounted by pattern, e.g. the
+	// console's "/ui/" and "/api/ops/"; set by the command, not by flags.
+	Handlers map[string]http.Handler `kong:"-"`
 }
+
+// MaxRequestBytes bounds a request: a larger REST body gets 413 and a larger
+// gRPC message RESOURCE_EXHAUSTED, and nothing is written.
+const MaxRequestBytes = 1 << 20
+
+// ServiceName is the gRPC service name, also the grpc.health.v1 service
+// whose status follows the database's reachability (readiness); the empty
+// service name answers SERVING while the process serves (liveness).
+const ServiceName = "eventforge.v1.OrderService"
 
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:     "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
-		GRPCAddr:        "127.0.0.1:9090",
-		HTTPAddr:        "127.0.0.1:8080",
-		MaxConns:        16,
-		ShutdownTimeout: 10 * time.Second,
+		DatabaseURL:       "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		GRPCAddr:          "127.0.0.1:9090",
+		HTTPAddr:          "127.0.0.1:8080",
+		MaxConns:          16,
+		ShutdownTimeout:   10 * time.Second,
+		RequestTimeout:    10 * time.Second,
+		IdempotencyWindow: 24 * time.Hour,
+		PruneInterval:     time.Minute,
 	}
 }
 
@@ -62,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns <= 0 || c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("max-conns and shutdown-timeout must be positive"))
+	}
+	if c.RequestTimeout <= 0 || c.IdempotencyWindow <= 0 || c.PruneInterval <= 0 {
+		errs = append(errs, errors.New("request-timeout, idempotency-window and prune-interval must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -107,8 +141,15 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		return fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
 	}
 
-	grpcServer := grpc.NewServer(grpc.ChainUnaryInterceptor(logRequests(logger)))
+	grpcServer := grpc.NewServer(
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(logRequests(logger), capDeadline(cfg.RequestTimeout)),
+	)
 	eventforgev1.RegisterOrderServiceServer(grpcServer, rpc.New(st, logger))
+	healthServer := health.NewServer()
+	healthpb.RegisterHealthServer(grpcServer, healthServer)
+	reflection.Register(grpcServer)
+	updateHealth(ctx, st, healthServer)
 
 	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -118,10 +159,8 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	}
 	defer conn.Close()
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, rpc.RESTMarshaler()),
+		runtime.WithIncomingHeaderMatcher(forwardHeader),
 	)
 	if err := eventforgev1.RegisterOrderServiceHandler(ctx, gw, conn); err != nil {
 		grpcLis.Close()
@@ -130,7 +169,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw)
+	mux.Handle("/v1/", limitBody(gw, MaxRequestBytes, logger))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
@@ -151,6 +190,9 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(eventforgev1.OpenAPI)
 	})
+	for pattern, h := range cfg.Handlers {
+		mux.Handle(pattern, h)
+	}
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	addrs := Addrs{GRPC: grpcLis.Addr().String(), HTTP: httpLis.Addr().String()}
@@ -173,7 +215,24 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		return nil
 	})
 	g.Go(func() error {
+		pruneKeys(gctx, st, cfg.IdempotencyWindow, cfg.PruneInterval, logger)
+		return nil
+	})
+	g.Go(func() error {
+		ticker := time.NewTicker(healthInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-ticker.C:
+				updateHealth(gctx, st, healthServer)
+			}
+		}
+	})
+	g.Go(func() error {
 		<-gctx.Done()
+		healthServer.Shutdown()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 		defer cancel()
 		if err := httpServer.Shutdown(sctx); err != nil {
@@ -193,15 +252,145 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	return err
 }
 
-// logRequests logs one line per call: method, code, duration.
+// logRequests logs one line per call: method, code, duration and, when the
+// request or response names one, order_id. REST calls pass through it too
+// (the gateway calls the gRPC server).
 func logRequests(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
-		logger.LogAttrs(ctx, slog.LevelInfo, "rpc",
+		code := status.Code(err)
+		attrs := []slog.Attr{
 			slog.String("method", info.FullMethod),
-			slog.String("code", status.Code(err).String()),
-			slog.Duration("duration", time.Since(start)))
+			slog.String("code", code.String()),
+			slog.Duration("duration", time.Since(start)),
+		}
+		if id := orderIDOf(req, resp); id != "" {
+			attrs = append(attrs, slog.String("order_id", id))
+		}
+		level := slog.LevelInfo
+		if code == codes.Internal || code == codes.Unavailable || code == codes.DeadlineExceeded {
+			level = slog.LevelWarn
+		}
+		logger.LogAttrs(ctx, level, "rpc", attrs...)
 		return resp, err
+	}
+}
+
+// orderIDOf returns the order ID a response or request carries.
+func orderIDOf(req, resp any) string {
+	if r, ok := resp.(interface{ GetOrder() *eventforgev1.Order }); ok && r.GetOrder() != nil {
+		return r.GetOrder().GetOrderId()
+	}
+	if r, ok := req.(interface{ GetOrderId() string }); ok {
+		return r.GetOrderId()
+	}
+	return ""
+}
+
+// capDeadline bounds every call by max; an earlier client deadline stays.
+// The context carries the deadline down to the database driver, which
+// cancels the running statement when it passes.
+func capDeadline(maxDuration time.Duration) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, cancel := context.WithTimeout(ctx, maxDuration)
+		defer cancel()
+		return handler(ctx, req)
+	}
+}
+
+// forwardHeader passes the idempotency key and the W3C trace context from
+// REST requests to the gRPC call's metadata, besides the gateway's default
+// set.
+func forwardHeader(key string) (string, bool) {
+	switch k := strings.ToLower(key); k {
+	case rpc.IdempotencyKeyMetadata, "traceparent", "tracestate":
+		return k, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+// limitBody refuses request bodies larger than limit with 413 and a
+// google.rpc.Status body; the gateway then decodes the buffered body.
+func limitBody(next http.Handler, limit int64, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			tooLarge(w, r, limit, logger)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+			if err != nil {
+				writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, "reading the request body failed"))
+				return
+			}
+			if int64(len(body)) > limit {
+				tooLarge(w, r, limit, logger)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(w http.ResponseWriter, r *http.Request, limit int64, logger *slog.Logger) {
+	logger.LogAttrs(r.Context(), slog.LevelInfo, "http request refused",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", http.StatusRequestEntityTooLarge), slog.Int64("content_length", r.ContentLength))
+	writeStatus(w, http.StatusRequestEntityTooLarge,
+		status.New(codes.ResourceExhausted, fmt.Sprintf("the request body is larger than %d bytes", limit)))
+}
+
+// writeStatus writes st as the gateway writes errors: a google.rpc.Status in
+// JSON with proto field names.
+func writeStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
+	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(st.Proto())
+	if err != nil {
+		body = []byte(`{"code":13,"message":"internal error","details":[]}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus)
+	_, _ = w.Write(body)
+}
+
+// healthInterval is how often the readiness status of ServiceName is
+// refreshed from a database ping.
+const healthInterval = 5 * time.Second
+
+// updateHealth sets the liveness status ("") to SERVING and the readiness
+// status (ServiceName) from a database ping.
+func updateHealth(ctx context.Context, st *store.Store, hs *health.Server) {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	if err := st.Ping(pctx); err != nil {
+		hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+		return
+	}
+	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// pruneBatch is how many expired idempotency keys one DELETE removes.
+const pruneBatch = 1000
+
+// pruneKeys deletes idempotency keys older than window every interval until
+// ctx ends. Several api processes may prune at once: DELETE is idempotent.
+func pruneKeys(ctx context.Context, st *store.Store, window, interval time.Duration, logger *slog.Logger) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		n, err := st.PruneIdempotencyKeys(ctx, window, pruneBatch)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("pruning idempotency keys", "err", err)
+		case n > 0:
+			logger.Info("idempotency keys pruned", "deleted", n, "window", window)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
 	}
 }

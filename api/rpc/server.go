@@ -1,12 +1,13 @@
 // Package rpc implements eventforge.v1.OrderService over the order store:
-// it validates requests, assigns the order ID and event ID, builds the
-// OrderCreated event, and maps domain errors to gRPC status codes. Internal
-// error text never reaches a client.
+// it validates requests, assigns order and event IDs, builds the events,
+// applies idempotency keys, and maps domain errors to gRPC status codes.
+// Internal error text never reaches a client.
 package rpc
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -21,22 +22,34 @@ import (
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
-// Store is what the service needs from the order store.
+// Store is what the service needs from the order store (package store
+// documents each method's contract).
 type Store interface {
-	CreateOrder(ctx context.Context, o *store.Order, ev store.OutboxEvent) error
+	CreateOrder(ctx context.Context, o *store.Order, ev store.OutboxEvent, key *store.IdempotencyKey) (store.Created, error)
 	GetOrder(ctx context.Context, id uuid.UUID) (store.Order, error)
+	ListOrders(ctx context.Context, q store.ListQuery) ([]store.Order, error)
+	CancelOrder(ctx context.Context, id uuid.UUID, at time.Time, event store.CancelEventFunc) (store.Cancelled, error)
 }
+
+// Event types and the aggregate type recorded in the outbox.
+const (
+	AggregateOrder     = "order"
+	TypeOrderCreated   = "OrderCreated"
+	TypeOrderCancelled = "OrderCancelled"
+)
 
 // Server implements eventforgev1.OrderServiceServer.
 type Server struct {
 	eventforgev1.UnimplementedOrderServiceServer
 	store  Store
 	logger *slog.Logger
+	now    func() time.Time
+	newID  func() (uuid.UUID, error)
 }
 
 // New returns a Server backed by s.
 func New(s Store, logger *slog.Logger) *Server {
-	return &Server{store: s, logger: logger}
+	return &Server{store: s, logger: logger, now: time.Now, newID: uuid.NewV7}
 }
 
 // payloadJSON is how event payloads are stored in outbox.payload: protojson
@@ -44,21 +57,52 @@ func New(s Store, logger *slog.Logger) *Server {
 var payloadJSON = protojson.MarshalOptions{UseProtoNames: true}
 
 // CreateOrder validates the request and writes the order and its
-// OrderCreated outbox event in one transaction.
+// OrderCreated outbox event in one transaction; with an idempotency key, a
+// retry of the same request returns the first call's order.
 func (s *Server) CreateOrder(ctx context.Context, req *eventforgev1.CreateOrderRequest) (*eventforgev1.CreateOrderResponse, error) {
+	key, keyViolations := idempotencyKey(ctx, req)
 	total, violations := validateCreate(req)
+	violations = append(violations, keyViolations...)
 	if len(violations) > 0 {
 		return nil, invalidArgument(violations)
 	}
-	orderID, err := uuid.NewV7()
+	orderID, err := s.newID()
 	if err != nil {
 		return nil, s.internal(ctx, "generating order id", err)
 	}
-	eventID, err := uuid.NewV7()
+	eventID, err := s.newID()
 	if err != nil {
 		return nil, s.internal(ctx, "generating event id", err)
 	}
-	now := time.Now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
+	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
+	o, ev, err := newOrder(req, total, orderID, eventID, now)
+	if err != nil {
+		return nil, s.internal(ctx, "encoding OrderCreated", err)
+	}
+	ev.Headers = traceHeaders(ctx)
+	var idem *store.IdempotencyKey
+	if key != "" {
+		idem = &store.IdempotencyKey{Key: key, RequestHash: requestHash(req)}
+	}
+	created, err := s.store.CreateOrder(ctx, o, ev, idem)
+	if err != nil {
+		return nil, s.storeError(ctx, "creating order", err)
+	}
+	if created.Replayed {
+		stored, err := s.store.GetOrder(ctx, created.OrderID)
+		if err != nil {
+			return nil, s.storeError(ctx, "reading replayed order", err)
+		}
+		s.logger.InfoContext(ctx, "order create replayed", "order_id", created.OrderID, "event_id", created.EventID)
+		return &eventforgev1.CreateOrderResponse{Order: toProto(stored), EventId: created.EventID.String()}, nil
+	}
+	s.logger.InfoContext(ctx, "order created", "order_id", orderID, "event_id", eventID)
+	return &eventforgev1.CreateOrderResponse{Order: toProto(*o), EventId: eventID.String()}, nil
+}
+
+// newOrder converts a valid request (total as validateCreate computed it)
+// into the order to store and its OrderCreated outbox event.
+func newOrder(req *eventforgev1.CreateOrderRequest, total int64, orderID, eventID uuid.UUID, now time.Time) (*store.Order, store.OutboxEvent, error) {
 	o := &store.Order{
 		ID:         orderID,
 		CustomerID: req.GetCustomerId(),
@@ -68,45 +112,125 @@ func (s *Server) CreateOrder(ctx context.Context, req *eventforgev1.CreateOrderR
 		CreatedAt:  now,
 		UpdatedAt:  now,
 	}
+	items := make([]*eventforgev1.OrderItem, 0, len(req.GetItems()))
 	for _, it := range req.GetItems() {
 		o.Items = append(o.Items, store.Item{SKU: it.GetSku(), Quantity: it.GetQuantity(), UnitPriceCents: it.GetUnitPriceCents()})
+		items = append(items, &eventforgev1.OrderItem{Sku: it.GetSku(), Quantity: it.GetQuantity(), UnitPriceCents: it.GetUnitPriceCents()})
 	}
 	payload, err := payloadJSON.Marshal(&eventforgev1.OrderCreated{
 		OrderId:    orderID.String(),
 		CustomerId: o.CustomerID,
 		Currency:   o.Currency,
-		Items:      req.GetItems(),
+		Items:      items,
 		TotalCents: total,
 		CreateTime: timestamppb.New(now),
 	})
 	if err != nil {
-		return nil, s.internal(ctx, "encoding OrderCreated", err)
+		return nil, store.OutboxEvent{}, err
 	}
-	ev := store.OutboxEvent{
+	return o, store.OutboxEvent{
 		ID:            eventID,
-		AggregateType: "order",
+		AggregateType: AggregateOrder,
 		AggregateID:   orderID.String(),
-		Type:          "OrderCreated",
+		Type:          TypeOrderCreated,
 		Payload:       payload,
-	}
-	if err := s.store.CreateOrder(ctx, o, ev); err != nil {
-		return nil, s.storeError(ctx, "creating order", err)
-	}
-	s.logger.InfoContext(ctx, "order created", "order_id", orderID, "event_id", eventID)
-	return &eventforgev1.CreateOrderResponse{Order: toProto(*o), EventId: eventID.String()}, nil
+	}, nil
 }
 
 // GetOrder returns one order.
 func (s *Server) GetOrder(ctx context.Context, req *eventforgev1.GetOrderRequest) (*eventforgev1.GetOrderResponse, error) {
-	id, err := uuid.Parse(req.GetOrderId())
+	id, err := parseOrderID(req.GetOrderId())
 	if err != nil {
-		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{{Field: "order_id", Description: "must be a UUID"}})
+		return nil, err
 	}
 	o, err := s.store.GetOrder(ctx, id)
 	if err != nil {
 		return nil, s.storeError(ctx, "reading order", err)
 	}
 	return &eventforgev1.GetOrderResponse{Order: toProto(o)}, nil
+}
+
+// ListOrders returns one page of orders, newest first.
+func (s *Server) ListOrders(ctx context.Context, req *eventforgev1.ListOrdersRequest) (*eventforgev1.ListOrdersResponse, error) {
+	q, violations := validateList(req)
+	if len(violations) > 0 {
+		return nil, invalidArgument(violations)
+	}
+	limit := q.Limit
+	q.Limit++ // one more tells whether another page follows
+	orders, err := s.store.ListOrders(ctx, q)
+	if err != nil {
+		return nil, s.storeError(ctx, "listing orders", err)
+	}
+	resp := &eventforgev1.ListOrdersResponse{}
+	if len(orders) > limit {
+		orders = orders[:limit]
+		last := orders[len(orders)-1]
+		resp.NextPageToken = encodePageToken(pageToken{
+			CreatedAt: last.CreatedAt, ID: last.ID,
+			Filter: filterDigest(req.GetCustomerId(), req.GetStatus()),
+		})
+	}
+	for _, o := range orders {
+		resp.Orders = append(resp.Orders, toProto(o))
+	}
+	return resp, nil
+}
+
+// CancelOrder cancels an order and records its OrderCancelled event in the
+// same transaction; an already cancelled order is returned unchanged.
+func (s *Server) CancelOrder(ctx context.Context, req *eventforgev1.CancelOrderRequest) (*eventforgev1.CancelOrderResponse, error) {
+	var violations []*errdetails.BadRequest_FieldViolation
+	id, err := uuid.Parse(req.GetOrderId())
+	if err != nil {
+		violations = append(violations, violation("order_id", "must be a UUID"))
+	}
+	violations = append(violations, validateReason(req.GetReason())...)
+	if len(violations) > 0 {
+		return nil, invalidArgument(violations)
+	}
+	eventID, err := s.newID()
+	if err != nil {
+		return nil, s.internal(ctx, "generating event id", err)
+	}
+	now := s.now().UTC().Truncate(time.Microsecond)
+	headers := traceHeaders(ctx)
+	res, err := s.store.CancelOrder(ctx, id, now, func(o store.Order) (store.OutboxEvent, error) {
+		payload, err := payloadJSON.Marshal(&eventforgev1.OrderCancelled{
+			OrderId:    o.ID.String(),
+			CustomerId: o.CustomerID,
+			Reason:     req.GetReason(),
+			CancelTime: timestamppb.New(o.UpdatedAt),
+		})
+		if err != nil {
+			return store.OutboxEvent{}, err
+		}
+		return store.OutboxEvent{
+			ID:            eventID,
+			AggregateType: AggregateOrder,
+			AggregateID:   o.ID.String(),
+			Type:          TypeOrderCancelled,
+			Payload:       payload,
+			Headers:       headers,
+		}, nil
+	})
+	if err != nil {
+		return nil, s.storeError(ctx, "cancelling order", err)
+	}
+	resp := &eventforgev1.CancelOrderResponse{Order: toProto(res.Order)}
+	if res.Changed {
+		resp.EventId = res.EventID.String()
+		s.logger.InfoContext(ctx, "order cancelled", "order_id", id, "event_id", res.EventID)
+	}
+	return resp, nil
+}
+
+func parseOrderID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.UUID{}, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
+	}
+	return id, nil
 }
 
 func toProto(o store.Order) *eventforgev1.Order {
@@ -125,16 +249,23 @@ func toProto(o store.Order) *eventforgev1.Order {
 	return p
 }
 
+var statuses = map[eventforgev1.OrderStatus]string{
+	eventforgev1.OrderStatus_ORDER_STATUS_CREATED:   store.StatusCreated,
+	eventforgev1.OrderStatus_ORDER_STATUS_PROCESSED: store.StatusProcessed,
+	eventforgev1.OrderStatus_ORDER_STATUS_CANCELLED: store.StatusCancelled,
+}
+
 func statusToProto(s string) eventforgev1.OrderStatus {
-	switch s {
-	case store.StatusCreated:
-		return eventforgev1.OrderStatus_ORDER_STATUS_CREATED
-	case store.StatusProcessed:
-		return eventforgev1.OrderStatus_ORDER_STATUS_PROCESSED
-	case store.StatusCancelled:
-		return eventforgev1.OrderStatus_ORDER_STATUS_CANCELLED
+	for p, name := range statuses {
+		if name == s {
+			return p
+		}
 	}
 	return eventforgev1.OrderStatus_ORDER_STATUS_UNSPECIFIED
+}
+
+func violation(field, description string) *errdetails.BadRequest_FieldViolation {
+	return &errdetails.BadRequest_FieldViolation{Field: field, Description: description}
 }
 
 func invalidArgument(violations []*errdetails.BadRequest_FieldViolation) error {
@@ -149,12 +280,37 @@ func invalidArgument(violations []*errdetails.BadRequest_FieldViolation) error {
 	return st.Err()
 }
 
+// ErrorDomain is the domain of the google.rpc.ErrorInfo details the service
+// attaches to errors a client may branch on.
+const ErrorDomain = "eventforge.v1"
+
+// ReasonIdempotencyKeyReused is the ErrorInfo reason of an ALREADY_EXISTS
+// answer to a create whose idempotency key names a different request.
+const ReasonIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
+
 // storeError maps a store error to a status; the cause is logged, never sent.
 func (s *Server) storeError(ctx context.Context, what string, err error) error {
+	// The caller's deadline or cancellation is what cut the call short, even
+	// when the driver reports it as a network error.
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		err = fmt.Errorf("%w (%w)", ctxErr, err)
+	}
 	switch {
 	case errors.Is(err, store.ErrOrderNotFound):
 		return status.Error(codes.NotFound, "order not found")
+	case errors.Is(err, store.ErrKeyReused):
+		s.logger.InfoContext(ctx, what, "err", err)
+		st, derr := status.New(codes.AlreadyExists,
+			"the idempotency key (request_id / Idempotency-Key) was already used for a different request; use a new key for a new request").
+			WithDetails(&errdetails.ErrorInfo{Reason: ReasonIdempotencyKeyReused, Domain: ErrorDomain})
+		if derr != nil {
+			return status.Error(codes.AlreadyExists, "idempotency key already used for a different request")
+		}
+		return st.Err()
+	case errors.Is(err, store.ErrNotCancellable):
+		return status.Error(codes.FailedPrecondition, "the order cannot be cancelled in its current status")
 	case errors.Is(err, context.DeadlineExceeded):
+		s.logger.WarnContext(ctx, what, "err", err)
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request cancelled")

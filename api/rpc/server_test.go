@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -22,15 +23,31 @@ import (
 // fakeStore is a Store with func fields; nil funcs fail the test.
 type fakeStore struct {
 	t      *testing.T
-	create func(o *store.Order, ev store.OutboxEvent) error
+	create func(o *store.Order, ev store.OutboxEvent, key *store.IdempotencyKey) (store.Created, error)
 	get    func(id uuid.UUID) (store.Order, error)
+	list   func(q store.ListQuery) ([]store.Order, error)
+	cancel func(id uuid.UUID, at time.Time, event store.CancelEventFunc) (store.Cancelled, error)
 }
 
-func (f *fakeStore) CreateOrder(_ context.Context, o *store.Order, ev store.OutboxEvent) error {
+func (f *fakeStore) CreateOrder(_ context.Context, o *store.Order, ev store.OutboxEvent, key *store.IdempotencyKey) (store.Created, error) {
 	if f.create == nil {
 		f.t.Fatal("CreateOrder called")
 	}
-	return f.create(o, ev)
+	return f.create(o, ev, key)
+}
+
+func (f *fakeStore) ListOrders(_ context.Context, q store.ListQuery) ([]store.Order, error) {
+	if f.list == nil {
+		f.t.Fatal("ListOrders called")
+	}
+	return f.list(q)
+}
+
+func (f *fakeStore) CancelOrder(_ context.Context, id uuid.UUID, at time.Time, event store.CancelEventFunc) (store.Cancelled, error) {
+	if f.cancel == nil {
+		f.t.Fatal("CancelOrder called")
+	}
+	return f.cancel(id, at, event)
 }
 
 func (f *fakeStore) GetOrder(_ context.Context, id uuid.UUID) (store.Order, error) {
@@ -108,9 +125,12 @@ func TestCreateOrderValidation(t *testing.T) {
 func TestCreateOrderWritesOrderAndEvent(t *testing.T) {
 	var gotOrder *store.Order
 	var gotEvent store.OutboxEvent
-	srv := New(&fakeStore{t: t, create: func(o *store.Order, ev store.OutboxEvent) error {
+	srv := New(&fakeStore{t: t, create: func(o *store.Order, ev store.OutboxEvent, key *store.IdempotencyKey) (store.Created, error) {
 		gotOrder, gotEvent = o, ev
-		return nil
+		if key != nil {
+			t.Errorf("idempotency key %+v for a request without one", key)
+		}
+		return store.Created{OrderID: o.ID, EventID: ev.ID}, nil
 	}}, quiet)
 	req := validRequest()
 	req.Items = append(req.Items, &eventforgev1.OrderItem{Sku: "SKU-2", Quantity: 1, UnitPriceCents: 2})

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/eventforge/eventforge/api/store"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -69,4 +70,65 @@ func validateCreate(req *eventforgev1.CreateOrderRequest) (total int64, violatio
 		add("items", "order total overflows a 64-bit count of cents")
 	}
 	return total, violations
+}
+
+// Limits of the other requests.
+const (
+	// DefaultPageSize is the ListOrders page size when page_size is 0.
+	DefaultPageSize = 50
+	// MaxPageSize bounds ListOrders pages; larger page_size values are
+	// coerced to it.
+	MaxPageSize = 200
+	// MaxReasonLen bounds CancelOrder.reason, in characters.
+	MaxReasonLen = 500
+	// MaxRequestIDLen bounds an idempotency key, in bytes.
+	MaxRequestIDLen = 255
+)
+
+// validateList checks a ListOrders request and returns the store query it
+// asks for, with Limit the page size to return.
+func validateList(req *eventforgev1.ListOrdersRequest) (q store.ListQuery, violations []*errdetails.BadRequest_FieldViolation) {
+	if n := utf8.RuneCountInString(req.GetCustomerId()); n > MaxCustomerIDLen {
+		violations = append(violations, violation("customer_id", fmt.Sprintf("must be at most %d characters, got %d", MaxCustomerIDLen, n)))
+	}
+	q.CustomerID = req.GetCustomerId()
+	if st := req.GetStatus(); st != eventforgev1.OrderStatus_ORDER_STATUS_UNSPECIFIED {
+		name, ok := statuses[st]
+		if !ok {
+			violations = append(violations, violation("status", fmt.Sprintf("unknown order status %d", st)))
+		}
+		q.Status = name
+	}
+	switch size := req.GetPageSize(); {
+	case size < 0:
+		violations = append(violations, violation("page_size", fmt.Sprintf("must not be negative, got %d", size)))
+	case size == 0:
+		q.Limit = DefaultPageSize
+	case size > MaxPageSize:
+		q.Limit = MaxPageSize
+	default:
+		q.Limit = int(size)
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		pt, err := decodePageToken(tok)
+		switch {
+		case err != nil:
+			violations = append(violations, violation("page_token", "is not a token this service issued"))
+		case pt.Filter != filterDigest(req.GetCustomerId(), req.GetStatus()):
+			violations = append(violations, violation("page_token", "was issued for other filters; send the same customer_id and status as the first page"))
+		default:
+			q.After = &store.Cursor{CreatedAt: pt.CreatedAt, ID: pt.ID}
+		}
+	}
+	return q, violations
+}
+
+func validateReason(reason string) []*errdetails.BadRequest_FieldViolation {
+	if !utf8.ValidString(reason) {
+		return []*errdetails.BadRequest_FieldViolation{violation("reason", "must be valid UTF-8")}
+	}
+	if n := utf8.RuneCountInString(reason); n > MaxReasonLen {
+		return []*errdetails.BadRequest_FieldViolation{violation("reason", fmt.Sprintf("must be at most %d characters, got %d", MaxReasonLen, n))}
+	}
+	return nil
 }

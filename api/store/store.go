@@ -4,12 +4,15 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +35,11 @@ var (
 	// was cut off; nothing was committed (or, for a lost COMMIT reply, the
 	// caller cannot know — idempotency keys cover that case).
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrKeyReused: the idempotency key is recorded for a different request;
+	// nothing was written.
+	ErrKeyReused = errors.New("idempotency key already used for a different request")
+	// ErrNotCancellable: the order's status does not allow cancelling it.
+	ErrNotCancellable = errors.New("order cannot be cancelled in its current status")
 )
 
 // Order statuses as stored.
@@ -70,6 +78,23 @@ type OutboxEvent struct {
 	Headers       map[string]string
 }
 
+// IdempotencyKey identifies a create request: a retry carries the same Key and
+// the same RequestHash (a digest of the request's content).
+type IdempotencyKey struct {
+	Key         string
+	RequestHash []byte
+}
+
+// Created is the outcome of CreateOrder.
+type Created struct {
+	// Replayed is true when the idempotency key was already recorded for the
+	// same request: nothing was written and OrderID and EventID are those of
+	// the first call.
+	Replayed bool
+	OrderID  uuid.UUID
+	EventID  uuid.UUID
+}
+
 // Store reads and writes orders through a pgx pool.
 type Store struct {
 	pool *pgxpool.Pool
@@ -80,14 +105,16 @@ func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 // CreateOrder inserts the order, its items and its outbox event in one
 // transaction. The order's CreatedAt and UpdatedAt are stored as given.
-func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent) error {
-	headers := ev.Headers
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	headerJSON, err := json.Marshal(headers)
+//
+// With a key, the key's row is inserted first in the same transaction. When
+// the key is already recorded (or being recorded by a concurrent transaction,
+// which CreateOrder then waits for), nothing is written: for the same request
+// hash the result is Replayed with the first call's IDs, for another hash the
+// error is ErrKeyReused.
+func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *IdempotencyKey) (Created, error) {
+	headerJSON, err := encodeHeaders(ev.Headers)
 	if err != nil {
-		return fmt.Errorf("encoding outbox headers: %w", err)
+		return Created{}, err
 	}
 	skus := make([]string, len(o.Items))
 	qtys := make([]int32, len(o.Items))
@@ -96,7 +123,31 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent) error
 		skus[i], qtys[i], prices[i] = it.SKU, it.Quantity, it.UnitPriceCents
 	}
 
+	created := Created{OrderID: o.ID, EventID: ev.ID}
+	var recorded recordedKey
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if key != nil {
+			tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, order_id, event_id)
+				VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`, key.Key, key.RequestHash, o.ID, ev.ID)
+			if err != nil {
+				return fmt.Errorf("recording idempotency key: %w", err)
+			}
+			if tag.RowsAffected() == 0 {
+				// A committed row holds the key (ON CONFLICT waited for any
+				// transaction inserting it); this statement's snapshot sees it.
+				err := tx.QueryRow(ctx, `SELECT request_hash, order_id, event_id FROM idempotency_keys WHERE key = $1`, key.Key).
+					Scan(&recorded.hash, &recorded.orderID, &recorded.eventID)
+				if errors.Is(err, pgx.ErrNoRows) {
+					// Pruned between the two statements: let the caller retry.
+					return fmt.Errorf("%w: idempotency key vanished while being read", ErrUnavailable)
+				}
+				if err != nil {
+					return fmt.Errorf("reading idempotency key: %w", err)
+				}
+				recorded.found = true
+				return errKeyRecorded // roll back: nothing to write
+			}
+		}
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO orders (id, customer_id, currency, total_cents, status, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
@@ -105,44 +156,271 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent) error
 			SELECT $1, t.n, t.sku, t.qty, t.price
 			FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS t(sku, qty, price, n)`,
 			o.ID, skus, qtys, prices)
-		b.Queue(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
-			VALUES ($1, $2, $3, $4, $5, $6)`,
-			ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headerJSON)
+		queueOutbox(b, ev, headerJSON)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		return failpoint.Eval(ctx, FailpointBeforeCommit)
 	})
-	if err != nil {
-		return classify(fmt.Errorf("creating order %s: %w", o.ID, err))
+	switch {
+	case recorded.found:
+		if !bytes.Equal(recorded.hash, key.RequestHash) {
+			return Created{}, ErrKeyReused
+		}
+		return Created{Replayed: true, OrderID: recorded.orderID, EventID: recorded.eventID}, nil
+	case err != nil:
+		return Created{}, classify(fmt.Errorf("creating order %s: %w", o.ID, err))
 	}
-	return nil
+	return created, nil
+}
+
+// errKeyRecorded rolls back a create whose idempotency key is already
+// recorded; CreateOrder never returns it.
+var errKeyRecorded = errors.New("idempotency key already recorded")
+
+type recordedKey struct {
+	found            bool
+	hash             []byte
+	orderID, eventID uuid.UUID
+}
+
+func encodeHeaders(h map[string]string) ([]byte, error) {
+	if h == nil {
+		h = map[string]string{}
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encoding outbox headers: %w", err)
+	}
+	return b, nil
+}
+
+func queueOutbox(b *pgx.Batch, ev OutboxEvent, headerJSON []byte) {
+	b.Queue(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
+			VALUES ($1, $2, $3, $4, $5, $6)`,
+		ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headerJSON)
+}
+
+// CancelEventFunc builds the OrderCancelled outbox event of an order that is
+// being cancelled; the order is passed as it will be stored.
+type CancelEventFunc func(cancelled Order) (OutboxEvent, error)
+
+// Cancelled is the outcome of CancelOrder.
+type Cancelled struct {
+	// Order is the order after the call, with its items.
+	Order Order
+	// Changed is false when the order was already cancelled: nothing was
+	// written and EventID is the zero UUID.
+	Changed bool
+	EventID uuid.UUID
+}
+
+// CancelOrder moves the order to cancelled at time at and writes the event
+// that event builds, in one transaction that holds the order's row lock. An
+// order in status created or processed is cancelled; one already cancelled is
+// returned unchanged; any other status gives ErrNotCancellable.
+func (s *Store) CancelOrder(ctx context.Context, id uuid.UUID, at time.Time, event CancelEventFunc) (Cancelled, error) {
+	var res Cancelled
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res = Cancelled{}
+		o, err := readOrder(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		switch o.Status {
+		case StatusCancelled:
+			res.Order = o
+			return nil
+		case StatusCreated, StatusProcessed:
+		default:
+			return fmt.Errorf("order %s in status %q: %w", id, o.Status, ErrNotCancellable)
+		}
+		o.Status, o.UpdatedAt = StatusCancelled, at
+		ev, err := event(o)
+		if err != nil {
+			return fmt.Errorf("building cancel event: %w", err)
+		}
+		headerJSON, err := encodeHeaders(ev.Headers)
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE orders SET status = $2, updated_at = $3 WHERE id = $1`, id, o.Status, o.UpdatedAt)
+		queueOutbox(b, ev, headerJSON)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if err := failpoint.Eval(ctx, FailpointBeforeCommit); err != nil {
+			return err
+		}
+		res = Cancelled{Order: o, Changed: true, EventID: ev.ID}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrOrderNotFound) || errors.Is(err, ErrNotCancellable) {
+			return Cancelled{}, err
+		}
+		return Cancelled{}, classify(fmt.Errorf("cancelling order %s: %w", id, err))
+	}
+	return res, nil
 }
 
 // GetOrder returns the order with its items.
 func (s *Store) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
-	o := Order{ID: id}
-	err := s.pool.QueryRow(ctx, `SELECT customer_id, currency, total_cents, status, created_at, updated_at
-		FROM orders WHERE id = $1`, id).Scan(&o.CustomerID, &o.Currency, &o.TotalCents, &o.Status, &o.CreatedAt, &o.UpdatedAt)
+	o, err := readOrder(ctx, s.pool, id, false)
+	if err != nil && !errors.Is(err, ErrOrderNotFound) {
+		return Order{}, classify(err)
+	}
+	return o, err
+}
+
+// querier is what readOrder needs: a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const orderColumns = `id, customer_id, currency, total_cents, status, created_at, updated_at`
+
+func scanOrder(row pgx.Row, o *Order) error {
+	return row.Scan(&o.ID, &o.CustomerID, &o.Currency, &o.TotalCents, &o.Status, &o.CreatedAt, &o.UpdatedAt)
+}
+
+// readOrder reads one order and its items; forUpdate locks the order row.
+func readOrder(ctx context.Context, q querier, id uuid.UUID, forUpdate bool) (Order, error) {
+	sql := `SELECT ` + orderColumns + ` FROM orders WHERE id = $1`
+	if forUpdate {
+		sql += ` FOR UPDATE`
+	}
+	var o Order
+	err := scanOrder(q.QueryRow(ctx, sql, id), &o)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, ErrOrderNotFound
 	}
 	if err != nil {
-		return Order{}, classify(fmt.Errorf("reading order %s: %w", id, err))
+		return Order{}, fmt.Errorf("reading order %s: %w", id, err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT sku, quantity, unit_price_cents FROM order_items WHERE order_id = $1 ORDER BY line_no`, id)
+	items, err := readItems(ctx, q, []uuid.UUID{id})
 	if err != nil {
-		return Order{}, classify(fmt.Errorf("reading items of order %s: %w", id, err))
+		return Order{}, err
 	}
-	o.Items, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Item, error) {
-		var it Item
-		err := row.Scan(&it.SKU, &it.Quantity, &it.UnitPriceCents)
-		return it, err
+	o.Items = items[id]
+	return o, nil
+}
+
+// readItems returns the items of the given orders, in line order.
+func readItems(ctx context.Context, q querier, ids []uuid.UUID) (map[uuid.UUID][]Item, error) {
+	rows, err := q.Query(ctx, `SELECT order_id, sku, quantity, unit_price_cents FROM order_items
+		WHERE order_id = ANY($1) ORDER BY order_id, line_no`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading order items: %w", err)
+	}
+	items := make(map[uuid.UUID][]Item, len(ids))
+	var (
+		orderID uuid.UUID
+		it      Item
+	)
+	_, err = pgx.ForEachRow(rows, []any{&orderID, &it.SKU, &it.Quantity, &it.UnitPriceCents}, func() error {
+		items[orderID] = append(items[orderID], it)
+		return nil
 	})
 	if err != nil {
-		return Order{}, classify(fmt.Errorf("reading items of order %s: %w", id, err))
+		return nil, fmt.Errorf("reading order items: %w", err)
 	}
-	return o, nil
+	return items, nil
+}
+
+// Cursor is a position in the newest-first order of ListOrders: the last
+// order of the previous page.
+type Cursor struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
+}
+
+// ListQuery selects a page of ListOrders.
+type ListQuery struct {
+	// CustomerID and Status filter when not empty.
+	CustomerID string
+	Status     string
+	// After, when not nil, starts the page after this position.
+	After *Cursor
+	// Limit is the number of orders to return at most; it must be positive.
+	Limit int
+}
+
+// ListOrders returns orders matching q, newest first (created_at, then id,
+// descending), with their items.
+func (s *Store) ListOrders(ctx context.Context, q ListQuery) ([]Order, error) {
+	if q.Limit <= 0 {
+		return nil, fmt.Errorf("listing orders: limit %d is not positive", q.Limit)
+	}
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if q.CustomerID != "" {
+		where = append(where, "customer_id = "+arg(q.CustomerID))
+	}
+	if q.Status != "" {
+		where = append(where, "status = "+arg(q.Status))
+	}
+	if q.After != nil {
+		where = append(where, "(created_at, id) < ("+arg(q.After.CreatedAt)+", "+arg(q.After.ID)+")")
+	}
+	sql := `SELECT ` + orderColumns + ` FROM orders`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	sql += ` ORDER BY created_at DESC, id DESC LIMIT ` + arg(q.Limit)
+
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, classify(fmt.Errorf("listing orders: %w", err))
+	}
+	orders, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Order, error) {
+		var o Order
+		err := scanOrder(row, &o)
+		return o, err
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("listing orders: %w", err))
+	}
+	if len(orders) == 0 {
+		return orders, nil
+	}
+	ids := make([]uuid.UUID, len(orders))
+	for i, o := range orders {
+		ids[i] = o.ID
+	}
+	items, err := readItems(ctx, s.pool, ids)
+	if err != nil {
+		return nil, classify(err)
+	}
+	for i := range orders {
+		orders[i].Items = items[orders[i].ID]
+	}
+	return orders, nil
+}
+
+// PruneIdempotencyKeys deletes idempotency keys recorded more than window
+// ago, in batches of at most batch rows, and returns how many it deleted.
+func (s *Store) PruneIdempotencyKeys(ctx context.Context, window time.Duration, batch int) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE key IN (
+			SELECT key FROM idempotency_keys WHERE created_at < now() - $1::interval LIMIT $2)`, window, batch)
+		if err != nil {
+			return total, classify(fmt.Errorf("pruning idempotency keys: %w", err))
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
 }
 
 // Ping checks that the database answers.

@@ -32,9 +32,9 @@ const (
 	// Every order starts in this status.
 	OrderStatus_ORDER_STATUS_CREATED OrderStatus = 1
 	// The business effects of the order's OrderCreated event have been applied
-	// by the consumer. Terminal.
+	// by the consumer. The order can still be cancelled.
 	OrderStatus_ORDER_STATUS_PROCESSED OrderStatus = 2
-	// The order was cancelled before it was processed. Terminal.
+	// The order was cancelled (see CancelOrder). Terminal.
 	OrderStatus_ORDER_STATUS_CANCELLED OrderStatus = 3
 )
 
@@ -84,9 +84,11 @@ func (OrderStatus) EnumDescriptor() ([]byte, []int) {
 // OrderItem is one line of an order: a quantity of a product at a unit price.
 type OrderItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Stock keeping unit of the product. Required: non-empty.
+	// Stock keeping unit of the product. Required: 1 to 64 characters, a
+	// letter or digit followed by letters, digits, ".", "_" or "-"
+	// (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$).
 	Sku string `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
-	// Number of units ordered. Required: greater than zero.
+	// Number of units ordered. Required: 1 to 10000.
 	Quantity int32 `protobuf:"varint,2,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Price of one unit in the minor unit of the order's currency (cents for
 	// EUR or USD). Must be zero or greater.
@@ -262,19 +264,21 @@ func (x *Order) GetUpdateTime() *timestamppb.Timestamp {
 // CreateOrderRequest describes the order to create.
 type CreateOrderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Identifier of the customer placing the order. Required: non-empty.
+	// Identifier of the customer placing the order. Required: 1 to 128
+	// characters.
 	CustomerId string `protobuf:"bytes,1,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
 	// ISO 4217 alphabetic currency code of every unit price, three upper-case
 	// letters (for example "EUR"). Required.
 	Currency string `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
-	// The order lines. Required: at least one item, each valid on its own. The
+	// The order lines. Required: 1 to 100 items, each valid on its own. The
 	// order total must fit in an int64 count of minor units.
 	Items []*OrderItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
-	// Reserved for idempotency and not yet acted on: the server currently
-	// ignores this field, so a retried request creates a second order. A later
-	// version will treat it as a client-chosen key under which retries of the
-	// same request return the first result instead of creating another order.
-	// Clients may set it now (a UUID is a good choice).
+	// Optional client-chosen idempotency key, 1 to 255 printable ASCII
+	// characters (a UUID is a good choice). A retry of the same request with
+	// the same key returns the first call's order instead of creating another;
+	// the same key with a different request is refused with ALREADY_EXISTS.
+	// Over REST the Idempotency-Key header carries it; when both the header and
+	// this field are set they must be equal.
 	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -341,7 +345,9 @@ func (x *CreateOrderRequest) GetRequestId() string {
 // CreateOrderResponse is the result of a successful CreateOrder.
 type CreateOrderResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The stored order, in status ORDER_STATUS_CREATED.
+	// The stored order: in status ORDER_STATUS_CREATED when this call created
+	// it; in its current state when the call was a retry under a known
+	// idempotency key.
 	Order *Order `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
 	// Unique identifier of the OrderCreated event recorded for this order.
 	// The same ID travels with the event to every consumer, which use it to
@@ -487,6 +493,252 @@ func (x *GetOrderResponse) GetOrder() *Order {
 	return nil
 }
 
+// ListOrdersRequest selects a page of orders.
+type ListOrdersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only orders of this customer when set; at most 128 characters.
+	CustomerId string `protobuf:"bytes,1,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	// Only orders in this status when set (ORDER_STATUS_UNSPECIFIED means any
+	// status). Over REST either the name ("ORDER_STATUS_CREATED") or the
+	// number.
+	Status OrderStatus `protobuf:"varint,2,opt,name=status,proto3,enum=eventforge.v1.OrderStatus" json:"status,omitempty"`
+	// Maximum number of orders in the page. 0 means the default of 50; values
+	// above 200 are treated as 200; negative values are refused.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page, or empty for the first page.
+	// It must be sent with the same customer_id and status as that page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOrdersRequest) Reset() {
+	*x = ListOrdersRequest{}
+	mi := &file_eventforge_v1_orders_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOrdersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOrdersRequest) ProtoMessage() {}
+
+func (x *ListOrdersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_eventforge_v1_orders_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOrdersRequest.ProtoReflect.Descriptor instead.
+func (*ListOrdersRequest) Descriptor() ([]byte, []int) {
+	return file_eventforge_v1_orders_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListOrdersRequest) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *ListOrdersRequest) GetStatus() OrderStatus {
+	if x != nil {
+		return x.Status
+	}
+	return OrderStatus_ORDER_STATUS_UNSPECIFIED
+}
+
+func (x *ListOrdersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOrdersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListOrdersResponse is one page of orders.
+type ListOrdersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The orders of this page, newest first (by create_time, then order_id).
+	Orders []*Order `protobuf:"bytes,1,rep,name=orders,proto3" json:"orders,omitempty"`
+	// Token for the next page; empty when this is the last page. Opaque to
+	// clients. Orders created after the first page was read do not appear on
+	// later pages.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOrdersResponse) Reset() {
+	*x = ListOrdersResponse{}
+	mi := &file_eventforge_v1_orders_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOrdersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOrdersResponse) ProtoMessage() {}
+
+func (x *ListOrdersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_eventforge_v1_orders_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOrdersResponse.ProtoReflect.Descriptor instead.
+func (*ListOrdersResponse) Descriptor() ([]byte, []int) {
+	return file_eventforge_v1_orders_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListOrdersResponse) GetOrders() []*Order {
+	if x != nil {
+		return x.Orders
+	}
+	return nil
+}
+
+func (x *ListOrdersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// CancelOrderRequest names the order to cancel.
+type CancelOrderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifier of the order, as returned in Order.order_id. Required.
+	OrderId string `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// Why the order is cancelled; copied into the OrderCancelled event. Optional,
+	// at most 500 characters.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelOrderRequest) Reset() {
+	*x = CancelOrderRequest{}
+	mi := &file_eventforge_v1_orders_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelOrderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelOrderRequest) ProtoMessage() {}
+
+func (x *CancelOrderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_eventforge_v1_orders_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelOrderRequest.ProtoReflect.Descriptor instead.
+func (*CancelOrderRequest) Descriptor() ([]byte, []int) {
+	return file_eventforge_v1_orders_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CancelOrderRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *CancelOrderRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CancelOrderResponse is the result of a successful CancelOrder.
+type CancelOrderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The order in status ORDER_STATUS_CANCELLED.
+	Order *Order `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
+	// Identifier of the OrderCancelled event this call recorded. Empty when the
+	// order was already cancelled and this call changed nothing.
+	EventId       string `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelOrderResponse) Reset() {
+	*x = CancelOrderResponse{}
+	mi := &file_eventforge_v1_orders_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelOrderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelOrderResponse) ProtoMessage() {}
+
+func (x *CancelOrderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_eventforge_v1_orders_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelOrderResponse.ProtoReflect.Descriptor instead.
+func (*CancelOrderResponse) Descriptor() ([]byte, []int) {
+	return file_eventforge_v1_orders_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CancelOrderResponse) GetOrder() *Order {
+	if x != nil {
+		return x.Order
+	}
+	return nil
+}
+
+func (x *CancelOrderResponse) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
 var File_eventforge_v1_orders_proto protoreflect.FileDescriptor
 
 const file_eventforge_v1_orders_proto_rawDesc = "" +
@@ -522,15 +774,34 @@ const file_eventforge_v1_orders_proto_rawDesc = "" +
 	"\x0fGetOrderRequest\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\">\n" +
 	"\x10GetOrderResponse\x12*\n" +
-	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order*}\n" +
+	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\"\xa4\x01\n" +
+	"\x11ListOrdersRequest\x12\x1f\n" +
+	"\vcustomer_id\x18\x01 \x01(\tR\n" +
+	"customerId\x122\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1a.eventforge.v1.OrderStatusR\x06status\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"j\n" +
+	"\x12ListOrdersResponse\x12,\n" +
+	"\x06orders\x18\x01 \x03(\v2\x14.eventforge.v1.OrderR\x06orders\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
+	"\x12CancelOrderRequest\x12\x19\n" +
+	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\\\n" +
+	"\x13CancelOrderResponse\x12*\n" +
+	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\x12\x19\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId*}\n" +
 	"\vOrderStatus\x12\x1c\n" +
 	"\x18ORDER_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ORDER_STATUS_CREATED\x10\x01\x12\x1a\n" +
 	"\x16ORDER_STATUS_PROCESSED\x10\x02\x12\x1a\n" +
-	"\x16ORDER_STATUS_CANCELLED\x10\x032\xb1\x01\n" +
+	"\x16ORDER_STATUS_CANCELLED\x10\x032\xda\x02\n" +
 	"\fOrderService\x12T\n" +
 	"\vCreateOrder\x12!.eventforge.v1.CreateOrderRequest\x1a\".eventforge.v1.CreateOrderResponse\x12K\n" +
-	"\bGetOrder\x12\x1e.eventforge.v1.GetOrderRequest\x1a\x1f.eventforge.v1.GetOrderResponseBCZAgithub.com/eventforge/eventforge/proto/eventforge/v1;eventforgev1b\x06proto3"
+	"\bGetOrder\x12\x1e.eventforge.v1.GetOrderRequest\x1a\x1f.eventforge.v1.GetOrderResponse\x12Q\n" +
+	"\n" +
+	"ListOrders\x12 .eventforge.v1.ListOrdersRequest\x1a!.eventforge.v1.ListOrdersResponse\x12T\n" +
+	"\vCancelOrder\x12!.eventforge.v1.CancelOrderRequest\x1a\".eventforge.v1.CancelOrderResponseBCZAgithub.com/eventforge/eventforge/proto/eventforge/v1;eventforgev1b\x06proto3"
 
 var (
 	file_eventforge_v1_orders_proto_rawDescOnce sync.Once
@@ -545,7 +816,7 @@ func file_eventforge_v1_orders_proto_rawDescGZIP() []byte {
 }
 
 var file_eventforge_v1_orders_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_eventforge_v1_orders_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_eventforge_v1_orders_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_eventforge_v1_orders_proto_goTypes = []any{
 	(OrderStatus)(0),              // 0: eventforge.v1.OrderStatus
 	(*OrderItem)(nil),             // 1: eventforge.v1.OrderItem
@@ -554,25 +825,36 @@ var file_eventforge_v1_orders_proto_goTypes = []any{
 	(*CreateOrderResponse)(nil),   // 4: eventforge.v1.CreateOrderResponse
 	(*GetOrderRequest)(nil),       // 5: eventforge.v1.GetOrderRequest
 	(*GetOrderResponse)(nil),      // 6: eventforge.v1.GetOrderResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*ListOrdersRequest)(nil),     // 7: eventforge.v1.ListOrdersRequest
+	(*ListOrdersResponse)(nil),    // 8: eventforge.v1.ListOrdersResponse
+	(*CancelOrderRequest)(nil),    // 9: eventforge.v1.CancelOrderRequest
+	(*CancelOrderResponse)(nil),   // 10: eventforge.v1.CancelOrderResponse
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_eventforge_v1_orders_proto_depIdxs = []int32{
-	1, // 0: eventforge.v1.Order.items:type_name -> eventforge.v1.OrderItem
-	0, // 1: eventforge.v1.Order.status:type_name -> eventforge.v1.OrderStatus
-	7, // 2: eventforge.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	7, // 3: eventforge.v1.Order.update_time:type_name -> google.protobuf.Timestamp
-	1, // 4: eventforge.v1.CreateOrderRequest.items:type_name -> eventforge.v1.OrderItem
-	2, // 5: eventforge.v1.CreateOrderResponse.order:type_name -> eventforge.v1.Order
-	2, // 6: eventforge.v1.GetOrderResponse.order:type_name -> eventforge.v1.Order
-	3, // 7: eventforge.v1.OrderService.CreateOrder:input_type -> eventforge.v1.CreateOrderRequest
-	5, // 8: eventforge.v1.OrderService.GetOrder:input_type -> eventforge.v1.GetOrderRequest
-	4, // 9: eventforge.v1.OrderService.CreateOrder:output_type -> eventforge.v1.CreateOrderResponse
-	6, // 10: eventforge.v1.OrderService.GetOrder:output_type -> eventforge.v1.GetOrderResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	1,  // 0: eventforge.v1.Order.items:type_name -> eventforge.v1.OrderItem
+	0,  // 1: eventforge.v1.Order.status:type_name -> eventforge.v1.OrderStatus
+	11, // 2: eventforge.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	11, // 3: eventforge.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	1,  // 4: eventforge.v1.CreateOrderRequest.items:type_name -> eventforge.v1.OrderItem
+	2,  // 5: eventforge.v1.CreateOrderResponse.order:type_name -> eventforge.v1.Order
+	2,  // 6: eventforge.v1.GetOrderResponse.order:type_name -> eventforge.v1.Order
+	0,  // 7: eventforge.v1.ListOrdersRequest.status:type_name -> eventforge.v1.OrderStatus
+	2,  // 8: eventforge.v1.ListOrdersResponse.orders:type_name -> eventforge.v1.Order
+	2,  // 9: eventforge.v1.CancelOrderResponse.order:type_name -> eventforge.v1.Order
+	3,  // 10: eventforge.v1.OrderService.CreateOrder:input_type -> eventforge.v1.CreateOrderRequest
+	5,  // 11: eventforge.v1.OrderService.GetOrder:input_type -> eventforge.v1.GetOrderRequest
+	7,  // 12: eventforge.v1.OrderService.ListOrders:input_type -> eventforge.v1.ListOrdersRequest
+	9,  // 13: eventforge.v1.OrderService.CancelOrder:input_type -> eventforge.v1.CancelOrderRequest
+	4,  // 14: eventforge.v1.OrderService.CreateOrder:output_type -> eventforge.v1.CreateOrderResponse
+	6,  // 15: eventforge.v1.OrderService.GetOrder:output_type -> eventforge.v1.GetOrderResponse
+	8,  // 16: eventforge.v1.OrderService.ListOrders:output_type -> eventforge.v1.ListOrdersResponse
+	10, // 17: eventforge.v1.OrderService.CancelOrder:output_type -> eventforge.v1.CancelOrderResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_eventforge_v1_orders_proto_init() }
@@ -586,7 +868,7 @@ func file_eventforge_v1_orders_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_eventforge_v1_orders_proto_rawDesc), len(file_eventforge_v1_orders_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

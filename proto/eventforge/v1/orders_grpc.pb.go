@@ -21,38 +21,73 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	OrderService_CreateOrder_FullMethodName = "/eventforge.v1.OrderService/CreateOrder"
 	OrderService_GetOrder_FullMethodName    = "/eventforge.v1.OrderService/GetOrder"
+	OrderService_ListOrders_FullMethodName  = "/eventforge.v1.OrderService/ListOrders"
+	OrderService_CancelOrder_FullMethodName = "/eventforge.v1.OrderService/CancelOrder"
 )
 
 // OrderServiceClient is the client API for OrderService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// OrderService accepts orders and serves them back.
+// OrderService accepts orders, serves them back and cancels them.
 //
-// Creating an order is atomic with recording its OrderCreated event: the
-// order row and the event's outbox row are written in one database
-// transaction, so an order exists if and only if its event will be
-// published. The REST mapping of each method is defined in gateway.yaml.
+// Every change to an order is atomic with recording its event: the order row
+// and the event's outbox row are written in one database transaction, so a
+// change exists if and only if its event will be published. The REST mapping
+// of each method is defined in gateway.yaml; the event payloads are in
+// events.proto and the records they become in docs/events.md.
+//
+// Errors common to every method: INVALID_ARGUMENT (REST 400) when a field
+// breaks its documented contract, with a google.rpc.BadRequest detail holding
+// one field violation per offending field, named by its proto path (for
+// example "items[0].quantity"); UNAVAILABLE (REST 503) when the order store
+// cannot be reached, in which case nothing was written; DEADLINE_EXCEEDED
+// (REST 504) when the caller's deadline ran out, in which case the change was
+// rolled back unless its commit had already completed. Internal error text is
+// never returned to the caller.
 type OrderServiceClient interface {
 	// CreateOrder validates the request, computes the order total and stores a
 	// new order in status ORDER_STATUS_CREATED together with its OrderCreated
 	// event.
 	//
-	// Errors: INVALID_ARGUMENT when a field breaks its documented contract (the
-	// status details carry a google.rpc.BadRequest with one field violation per
-	// offending field, named by its proto path, e.g. "items[0].quantity");
-	// UNAVAILABLE when the order store cannot be reached. Internal error text is
-	// never returned to the caller.
+	// Idempotency: when request_id (REST: the Idempotency-Key header) is set, a
+	// retry with the same key and the same request returns the order the first
+	// call created, with the same order ID and event ID, and writes nothing;
+	// concurrent identical calls create exactly one order. The same key with a
+	// different request fails with ALREADY_EXISTS (REST 409) and writes
+	// nothing. Keys are kept for the server's idempotency window (24 hours by
+	// default) and may be forgotten after it.
 	//
-	// REST: POST /v1/orders with the request as the JSON body.
+	// REST: POST /v1/orders with the request as the JSON body (at most 1 MiB;
+	// a larger body is refused with 413).
 	CreateOrder(ctx context.Context, in *CreateOrderRequest, opts ...grpc.CallOption) (*CreateOrderResponse, error)
 	// GetOrder returns the current state of one order.
 	//
-	// Errors: INVALID_ARGUMENT when order_id is empty or malformed; NOT_FOUND
-	// when no order has that ID.
+	// Errors: INVALID_ARGUMENT when order_id is empty or not a UUID; NOT_FOUND
+	// (REST 404) when no order has that ID.
 	//
 	// REST: GET /v1/orders/{order_id}.
 	GetOrder(ctx context.Context, in *GetOrderRequest, opts ...grpc.CallOption) (*GetOrderResponse, error)
+	// ListOrders returns orders newest first, optionally filtered by customer
+	// and status, one page at a time.
+	//
+	// Errors: INVALID_ARGUMENT when a filter is malformed, page_size is
+	// negative, or page_token is malformed or was issued for other filters.
+	//
+	// REST: GET /v1/orders?customer_id=&status=&page_size=&page_token=.
+	ListOrders(ctx context.Context, in *ListOrdersRequest, opts ...grpc.CallOption) (*ListOrdersResponse, error)
+	// CancelOrder moves an order to ORDER_STATUS_CANCELLED and records its
+	// OrderCancelled event in the same transaction. An order can be cancelled
+	// from ORDER_STATUS_CREATED or ORDER_STATUS_PROCESSED. Cancelling an order
+	// that is already cancelled changes nothing, records no event and returns
+	// the order, so a retried cancel is safe.
+	//
+	// Errors: INVALID_ARGUMENT when order_id is not a UUID or reason is too
+	// long; NOT_FOUND (REST 404) when no order has that ID.
+	//
+	// REST: POST /v1/orders/{order_id}:cancel with {"reason": "..."} (or {})
+	// as the JSON body.
+	CancelOrder(ctx context.Context, in *CancelOrderRequest, opts ...grpc.CallOption) (*CancelOrderResponse, error)
 }
 
 type orderServiceClient struct {
@@ -83,36 +118,89 @@ func (c *orderServiceClient) GetOrder(ctx context.Context, in *GetOrderRequest, 
 	return out, nil
 }
 
+func (c *orderServiceClient) ListOrders(ctx context.Context, in *ListOrdersRequest, opts ...grpc.CallOption) (*ListOrdersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOrdersResponse)
+	err := c.cc.Invoke(ctx, OrderService_ListOrders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orderServiceClient) CancelOrder(ctx context.Context, in *CancelOrderRequest, opts ...grpc.CallOption) (*CancelOrderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelOrderResponse)
+	err := c.cc.Invoke(ctx, OrderService_CancelOrder_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrderServiceServer is the server API for OrderService service.
 // All implementations must embed UnimplementedOrderServiceServer
 // for forward compatibility.
 //
-// OrderService accepts orders and serves them back.
+// OrderService accepts orders, serves them back and cancels them.
 //
-// Creating an order is atomic with recording its OrderCreated event: the
-// order row and the event's outbox row are written in one database
-// transaction, so an order exists if and only if its event will be
-// published. The REST mapping of each method is defined in gateway.yaml.
+// Every change to an order is atomic with recording its event: the order row
+// and the event's outbox row are written in one database transaction, so a
+// change exists if and only if its event will be published. The REST mapping
+// of each method is defined in gateway.yaml; the event payloads are in
+// events.proto and the records they become in docs/events.md.
+//
+// Errors common to every method: INVALID_ARGUMENT (REST 400) when a field
+// breaks its documented contract, with a google.rpc.BadRequest detail holding
+// one field violation per offending field, named by its proto path (for
+// example "items[0].quantity"); UNAVAILABLE (REST 503) when the order store
+// cannot be reached, in which case nothing was written; DEADLINE_EXCEEDED
+// (REST 504) when the caller's deadline ran out, in which case the change was
+// rolled back unless its commit had already completed. Internal error text is
+// never returned to the caller.
 type OrderServiceServer interface {
 	// CreateOrder validates the request, computes the order total and stores a
 	// new order in status ORDER_STATUS_CREATED together with its OrderCreated
 	// event.
 	//
-	// Errors: INVALID_ARGUMENT when a field breaks its documented contract (the
-	// status details carry a google.rpc.BadRequest with one field violation per
-	// offending field, named by its proto path, e.g. "items[0].quantity");
-	// UNAVAILABLE when the order store cannot be reached. Internal error text is
-	// never returned to the caller.
+	// Idempotency: when request_id (REST: the Idempotency-Key header) is set, a
+	// retry with the same key and the same request returns the order the first
+	// call created, with the same order ID and event ID, and writes nothing;
+	// concurrent identical calls create exactly one order. The same key with a
+	// different request fails with ALREADY_EXISTS (REST 409) and writes
+	// nothing. Keys are kept for the server's idempotency window (24 hours by
+	// default) and may be forgotten after it.
 	//
-	// REST: POST /v1/orders with the request as the JSON body.
+	// REST: POST /v1/orders with the request as the JSON body (at most 1 MiB;
+	// a larger body is refused with 413).
 	CreateOrder(context.Context, *CreateOrderRequest) (*CreateOrderResponse, error)
 	// GetOrder returns the current state of one order.
 	//
-	// Errors: INVALID_ARGUMENT when order_id is empty or malformed; NOT_FOUND
-	// when no order has that ID.
+	// Errors: INVALID_ARGUMENT when order_id is empty or not a UUID; NOT_FOUND
+	// (REST 404) when no order has that ID.
 	//
 	// REST: GET /v1/orders/{order_id}.
 	GetOrder(context.Context, *GetOrderRequest) (*GetOrderResponse, error)
+	// ListOrders returns orders newest first, optionally filtered by customer
+	// and status, one page at a time.
+	//
+	// Errors: INVALID_ARGUMENT when a filter is malformed, page_size is
+	// negative, or page_token is malformed or was issued for other filters.
+	//
+	// REST: GET /v1/orders?customer_id=&status=&page_size=&page_token=.
+	ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error)
+	// CancelOrder moves an order to ORDER_STATUS_CANCELLED and records its
+	// OrderCancelled event in the same transaction. An order can be cancelled
+	// from ORDER_STATUS_CREATED or ORDER_STATUS_PROCESSED. Cancelling an order
+	// that is already cancelled changes nothing, records no event and returns
+	// the order, so a retried cancel is safe.
+	//
+	// Errors: INVALID_ARGUMENT when order_id is not a UUID or reason is too
+	// long; NOT_FOUND (REST 404) when no order has that ID.
+	//
+	// REST: POST /v1/orders/{order_id}:cancel with {"reason": "..."} (or {})
+	// as the JSON body.
+	CancelOrder(context.Context, *CancelOrderRequest) (*CancelOrderResponse, error)
 	mustEmbedUnimplementedOrderServiceServer()
 }
 
@@ -128,6 +216,12 @@ func (UnimplementedOrderServiceServer) CreateOrder(context.Context, *CreateOrder
 }
 func (UnimplementedOrderServiceServer) GetOrder(context.Context, *GetOrderRequest) (*GetOrderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetOrder not implemented")
+}
+func (UnimplementedOrderServiceServer) ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOrders not implemented")
+}
+func (UnimplementedOrderServiceServer) CancelOrder(context.Context, *CancelOrderRequest) (*CancelOrderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelOrder not implemented")
 }
 func (UnimplementedOrderServiceServer) mustEmbedUnimplementedOrderServiceServer() {}
 func (UnimplementedOrderServiceServer) testEmbeddedByValue()                      {}
@@ -186,6 +280,42 @@ func _OrderService_GetOrder_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrderService_ListOrders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOrdersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrderServiceServer).ListOrders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrderService_ListOrders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrderServiceServer).ListOrders(ctx, req.(*ListOrdersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrderService_CancelOrder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelOrderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrderServiceServer).CancelOrder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrderService_CancelOrder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrderServiceServer).CancelOrder(ctx, req.(*CancelOrderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrderService_ServiceDesc is the grpc.ServiceDesc for OrderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -200,6 +330,14 @@ var OrderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetOrder",
 			Handler:    _OrderService_GetOrder_Handler,
+		},
+		{
+			MethodName: "ListOrders",
+			Handler:    _OrderService_ListOrders_Handler,
+		},
+		{
+			MethodName: "CancelOrder",
+			Handler:    _OrderService_CancelOrder_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -75,8 +75,22 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
 # database, slot, topic and group) and `make test` stops only a stack it
 # started itself, so it passes beside `make run` and leaves nothing behind.
 .PHONY: test
-test: build ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed)
-	@started="$$($(EVENTFORGE) stack up --print-started)"; 	stop_started() { if [ -n "$$started" ]; then echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down; fi; }; 	trap stop_started EXIT; 	$(GO) test $(GO_TEST_FLAGS) ./...
+test: build ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
+	@started="$$($(EVENTFORGE) stack up --print-started)"; \
+	stop_started() { if [ -n "$$started" ]; then echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down; fi; }; \
+	trap stop_started EXIT; \
+	$(GO) test $(GO_TEST_FLAGS) ./...; \
+	$(MAKE) --no-print-directory bench-smoke
+
+##@ Benchmarks
+
+.PHONY: bench
+bench: build ## Measure throughput, latency and memory on the local stack (≤ 15 min); prints a table, writes bench/results/
+	$(EVENTFORGE) bench --out bench/results
+
+.PHONY: bench-smoke
+bench-smoke: build ## The benchmark at tiny sizes (under a minute): checks the harness, not the figures
+	$(EVENTFORGE) bench --smoke --out $${TMPDIR:-/tmp}/eventforge-bench-smoke
 
 ##@ Contracts and code generation
 

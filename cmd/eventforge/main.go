@@ -38,6 +38,7 @@ type cli struct {
 	Dev      devCmd      `cmd:"" name:"dev" help:"Start the local stack and run api + cdc + consumer in one process."`
 	Stack    stackCmd    `cmd:"" name:"stack" help:"Manage the local PostgreSQL + Kafka stack."`
 	Verify   verifyCmd   `cmd:"" name:"verify" help:"Audit durable state: lost events, duplicate effects, ordering."`
+	Bench    benchCmd    `cmd:"" name:"bench" help:"Measure throughput, latency and memory on the local stack."`
 }
 
 // runEnv is what every command's Run receives.

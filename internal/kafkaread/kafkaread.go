@@ -83,6 +83,13 @@ func (r *Reader) Exists(topic string) (bool, error) {
 // ReadAll reads every record of topic from the beginning up to the end
 // offsets observed when it starts, in partition order.
 func (r *Reader) ReadAll(ctx context.Context, topic string) ([]Record, error) {
+	return r.ReadFrom(ctx, topic, nil)
+}
+
+// ReadFrom reads the records of topic from the given offset of each
+// partition (the beginning where absent) up to the end offsets observed when
+// it starts.
+func (r *Reader) ReadFrom(ctx context.Context, topic string, from map[int32]int64) ([]Record, error) {
 	ends, err := r.EndOffsets(topic)
 	if err != nil {
 		return nil, err
@@ -101,8 +108,13 @@ func (r *Reader) ReadAll(ctx context.Context, topic string) ([]Record, error) {
 	var assign []kafka.TopicPartition
 	remaining := map[int32]bool{}
 	for p, end := range ends {
-		if end > 0 {
-			assign = append(assign, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.OffsetBeginning})
+		start, ok := from[p]
+		offset := kafka.Offset(start)
+		if !ok {
+			start, offset = 0, kafka.OffsetBeginning
+		}
+		if end > start {
+			assign = append(assign, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: offset})
 			remaining[p] = true
 		}
 	}

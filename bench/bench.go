@@ -1,0 +1,183 @@
+// Package bench measures EventForge on the real local stack against
+// PostgreSQL's own limit: the order transaction under pgbench, the API over
+// gRPC and REST, the CDC reader draining a backlog, end-to-end latency under
+// open-loop load, the consumer applying a backlog, and each component's
+// memory and CPU. Every component runs as its own process of the same
+// binary. Figures are printed, written as JSON and drawn as charts; nothing
+// here asserts on time.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+// Config configures a run.
+type Config struct {
+	// Smoke runs tiny sizes (under a minute) to check that the harness works.
+	Smoke bool `name:"smoke" help:"Tiny sizes (under a minute): checks the harness, not the figures."`
+	// OutDir receives <timestamp>.json, the charts and the component logs.
+	OutDir string `name:"out" help:"Directory for results, charts and logs." default:"bench/results"`
+	// StateDir is the local stack's state directory (default as in dev).
+	StateDir string `name:"state-dir" help:"Local stack state directory (default /var/tmp/eventforge-<hash>)."`
+	// Keep leaves the benchmark's database, slot and topic in place.
+	Keep bool `name:"keep" help:"Keep the benchmark database, slot and topic afterwards."`
+}
+
+// sizes are the workload sizes of a run.
+type sizes struct {
+	pgClients    []int
+	pgDuration   time.Duration
+	apiClients   int
+	apiDuration  time.Duration
+	backlog      int // events committed with the reader stopped
+	rates        []int
+	rateDuration time.Duration
+	batchSize    int
+}
+
+func sizesFor(smoke bool) sizes {
+	if smoke {
+		return sizes{pgClients: []int{8}, pgDuration: 2 * time.Second, apiClients: 8, apiDuration: 2 * time.Second,
+			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50}
+	}
+	return sizes{pgClients: []int{8, 16, 32}, pgDuration: 10 * time.Second, apiClients: 32, apiDuration: 15 * time.Second,
+		backlog: 200_000, rates: []int{250, 500, 1000, 2000}, rateDuration: 30 * time.Second, batchSize: 100}
+}
+
+// Results is one run's figures; its JSON form is written to OutDir.
+type Results struct {
+	StartedAt time.Time `json:"started_at"`
+	Smoke     bool      `json:"smoke"`
+	CPUs      int       `json:"cpus"`
+	GoVersion string    `json:"go_version"`
+
+	PGLimit pgLimitResult `json:"pg_limit"`
+
+	APIGRPC     loadResult                `json:"api_grpc"`
+	APIREST     loadResult                `json:"api_rest"`
+	APIClients  int                       `json:"api_clients"`
+	GRPCRatio   float64                   `json:"grpc_ratio_to_pg_limit"`
+	RESTRatio   float64                   `json:"rest_ratio_to_pg_limit"`
+	APIPeakRSS  int64                     `json:"api_peak_rss_bytes"`
+	Drain       drainResult               `json:"cdc_drain"`
+	Apply       applyResult               `json:"consumer_apply"`
+	EndToEnd    []rateResult              `json:"end_to_end"`
+	Components  map[string]componentUsage `json:"components"`
+	Throughput  []throughputPoint         `json:"throughput"`
+	ElapsedSecs float64                   `json:"elapsed_seconds"`
+}
+
+type drainResult struct {
+	Events       int     `json:"events"`
+	Seconds      float64 `json:"seconds"`
+	EventsPerSec float64 `json:"events_per_sec"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+}
+
+type applyRun struct {
+	BatchSize    int     `json:"batch_size"`
+	Events       int     `json:"events"`
+	Seconds      float64 `json:"seconds"`
+	EventsPerSec float64 `json:"events_per_sec"`
+}
+
+type applyResult struct {
+	Off applyRun `json:"batching_off"`
+	On  applyRun `json:"batching_on"`
+	// OnMeasured is false when the consumer has no batching option.
+	OnMeasured bool `json:"batching_on_measured"`
+}
+
+type latency struct {
+	P50 time.Duration `json:"p50_ns"`
+	P95 time.Duration `json:"p95_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
+}
+
+type rateResult struct {
+	OfferedPerSec   int        `json:"offered_per_sec"`
+	Load            loadResult `json:"load"`
+	Orders          int        `json:"orders"`
+	CommitToAck     latency    `json:"commit_to_kafka_ack"`
+	CommitToApplied latency    `json:"commit_to_applied"`
+	MaxSlotLagBytes int64      `json:"max_slot_lag_bytes"`
+}
+
+type componentUsage struct {
+	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
+	CPUSeconds        float64 `json:"cpu_seconds_end_to_end"`
+	CPUSecondsPer1000 float64 `json:"cpu_seconds_per_1000_orders"`
+}
+
+type throughputPoint struct {
+	Second  int `json:"second"`
+	Created int `json:"created"`
+	Applied int `json:"applied"`
+}
+
+// Run executes every phase, prints the table, and writes the JSON and the
+// charts to cfg.OutDir.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	sz := sizesFor(cfg.Smoke)
+	started := time.Now()
+	stamp := started.UTC().Format("20060102T150405Z")
+	outDir := cfg.OutDir
+	if outDir == "" {
+		outDir = filepath.Join("bench", "results")
+	}
+	logDir := filepath.Join(outDir, stamp+"-logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", logDir, err)
+	}
+
+	env, err := newEnv(ctx, cfg, stamp, logger)
+	if err != nil {
+		return err
+	}
+	if !cfg.Keep {
+		defer env.cleanup(logger)
+	}
+	res := &Results{StartedAt: started.UTC(), Smoke: cfg.Smoke, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		Components: map[string]componentUsage{}, APIClients: sz.apiClients}
+	r := &runner{cfg: cfg, sz: sz, env: env, logDir: logDir, logger: logger, res: res}
+	defer r.stopAll()
+
+	phases := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"postgres limit (pgbench)", r.pgLimitPhase},
+		{"api closed loop", r.apiPhase},
+		{"cdc drain", r.drainPhase},
+		{"consumer apply", r.applyPhase},
+		{"end to end", r.endToEndPhase},
+	}
+	for _, p := range phases {
+		logger.Info("bench phase", "phase", p.name)
+		t0 := time.Now()
+		if err := p.run(ctx); err != nil {
+			return fmt.Errorf("phase %s: %w", p.name, err)
+		}
+		logger.Info("bench phase done", "phase", p.name, "seconds", time.Since(t0).Seconds())
+	}
+	res.ElapsedSecs = time.Since(started).Seconds()
+
+	jsonPath := filepath.Join(outDir, stamp+".json")
+	if err := res.writeJSON(jsonPath); err != nil {
+		return err
+	}
+	charts, err := res.writeCharts(filepath.Join(outDir, stamp))
+	if err != nil {
+		return err
+	}
+	res.printTable(os.Stdout)
+	fmt.Printf("\nresults: %s\ncharts:  %v\nlogs:    %s\n", jsonPath, charts, logDir)
+	return res.check()
+}

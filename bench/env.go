@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/schema"
+)
+
+// env is the benchmark's own database, slot, topic and group on the local
+// stack, so a run never disturbs `make run` data.
+type env struct {
+	endpoints localstack.Endpoints
+	database  string
+	dsn       string
+	slot      string
+	topic     string
+	group     string
+	pool      *pgxpool.Pool
+}
+
+func newEnv(ctx context.Context, cfg Config, stamp string, logger *slog.Logger) (*env, error) {
+	res, err := localstack.Up(ctx, localstack.Config{StateDir: cfg.StateDir}, logger)
+	if err != nil {
+		return nil, err
+	}
+	id := "bench_" + strings.ToLower(stamp)
+	e := &env{endpoints: res.Endpoints, database: id, slot: id, topic: id + ".orders", group: id + "-fulfillment"}
+	admin, err := pgx.Connect(ctx, res.AdminDSN)
+	if err != nil {
+		return nil, fmt.Errorf("connecting as admin: %w", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s OWNER eventforge", pgx.Identifier{id}.Sanitize())); err != nil {
+		return nil, fmt.Errorf("creating database %s: %w", id, err)
+	}
+	u, err := url.Parse(res.PostgresDSN)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = "/" + id
+	e.dsn = u.String()
+	if err := schema.Migrate(ctx, e.dsn, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		return nil, err
+	}
+	if e.pool, err = pgxpool.New(ctx, e.dsn); err != nil {
+		return nil, err
+	}
+	if _, err := schema.EnsureSlot(ctx, e.pool, e.slot); err != nil {
+		return nil, err
+	}
+	if err := e.createTopic(ctx); err != nil {
+		return nil, err
+	}
+	logger.Info("bench environment ready", "database", id, "slot", e.slot, "topic", e.topic)
+	return e, nil
+}
+
+// createTopic creates the 6-partition topic with broker append timestamps,
+// so a record's timestamp is when Kafka stored it (the ack time).
+func (e *env) createTopic(ctx context.Context) error {
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4"})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{
+		Topic: e.topic, NumPartitions: 6, ReplicationFactor: 1,
+		Config: map[string]string{"message.timestamp.type": "LogAppendTime"},
+	}}, kafka.SetAdminOperationTimeout(30*time.Second))
+	if err != nil {
+		return fmt.Errorf("creating topic %s: %w", e.topic, err)
+	}
+	if code := res[0].Error.Code(); code != kafka.ErrNoError {
+		return fmt.Errorf("creating topic %s: %w", e.topic, res[0].Error)
+	}
+	return nil
+}
+
+func (e *env) cleanup(logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4"}); err == nil {
+		_, _ = a.DeleteTopics(ctx, []string{e.topic})
+		_, _ = a.DeleteConsumerGroups(ctx, []string{e.group + "-off", e.group + "-on"})
+		a.Close()
+	}
+	admin, err := pgx.Connect(ctx, e.endpoints.AdminDSN)
+	if err != nil {
+		logger.Warn("bench cleanup", "err", err)
+		return
+	}
+	defer admin.Close(ctx)
+	for i := 0; i < 50; i++ {
+		if _, err = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, e.slot); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{e.database}.Sanitize())); err != nil {
+		logger.Warn("bench cleanup", "err", err)
+	}
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

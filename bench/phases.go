@@ -1,0 +1,419 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/internal/kafkaread"
+	"github.com/eventforge/eventforge/schema"
+)
+
+// runner holds the state of one run across its phases.
+type runner struct {
+	cfg    Config
+	sz     sizes
+	env    *env
+	logDir string
+	logger *slog.Logger
+	res    *Results
+
+	api, cdc, consumer *child
+	grpcAddr, httpAddr string
+}
+
+func (r *runner) stopAll() {
+	for _, c := range []*child{r.api, r.cdc, r.consumer} {
+		if c != nil {
+			c.stop()
+		}
+	}
+}
+
+// pgLimitPhase measures PostgreSQL's limit for the order transaction on a
+// database of its own, so its rows do not join the backlog.
+func (r *runner) pgLimitPhase(ctx context.Context) error {
+	name := r.env.database + "_pg"
+	admin, err := pgx.Connect(ctx, r.env.endpoints.AdminDSN)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s OWNER eventforge", pgx.Identifier{name}.Sanitize())); err != nil {
+		return fmt.Errorf("creating %s: %w", name, err)
+	}
+	defer func() {
+		_, _ = admin.Exec(context.WithoutCancel(ctx), fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{name}.Sanitize()))
+	}()
+	dsn := strings.Replace(r.env.dsn, "/"+r.env.database+"?", "/"+name+"?", 1)
+	if err := schema.Migrate(ctx, dsn, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		return err
+	}
+	r.res.PGLimit, err = pgLimit(ctx, dsn, r.logDir, r.sz.pgClients, r.sz.pgDuration)
+	return err
+}
+
+// apiPhase runs CreateOrder closed-loop over gRPC, then over REST, with the
+// reader and consumer stopped; the orders it creates start the backlog.
+func (r *runner) apiPhase(ctx context.Context) error {
+	var err error
+	if r.grpcAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	if r.httpAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	r.api, err = startChild(r.logDir, "api", "api", "--database-url", r.env.dsn,
+		"--grpc-addr", r.grpcAddr, "--http-addr", r.httpAddr, "--max-conns", strconv.Itoa(r.sz.apiClients), "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, time.Minute, "api ready", func() (bool, error) {
+		if !r.api.running() {
+			return false, fmt.Errorf("api exited; see %s", r.api.log)
+		}
+		resp, err := http.Get("http://" + r.httpAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return err
+	}
+	create, closeGRPC, err := grpcCreator(r.grpcAddr, 4)
+	if err != nil {
+		return err
+	}
+	defer closeGRPC()
+	r.res.APIGRPC = closedLoop(ctx, create, r.sz.apiClients, r.sz.apiDuration, "bench-api-grpc")
+	r.res.APIREST = closedLoop(ctx, restCreator(r.httpAddr, r.sz.apiClients), r.sz.apiClients, r.sz.apiDuration, "bench-api-rest")
+	if limit := r.res.PGLimit.BestCommitsPerSec; limit > 0 {
+		r.res.GRPCRatio = r.res.APIGRPC.PerSecond / limit
+		r.res.RESTRatio = r.res.APIREST.PerSecond / limit
+	}
+	if u, err := r.api.sample(); err == nil {
+		r.res.APIPeakRSS = u.PeakRSSBytes
+	}
+	return nil
+}
+
+func (r *runner) countOutbox(ctx context.Context) (int, error) {
+	var n int
+	err := r.env.pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n)
+	return n, err
+}
+
+func (r *runner) currentWAL(ctx context.Context) (pglogrepl.LSN, error) {
+	var s string
+	if err := r.env.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
+		return 0, err
+	}
+	return pglogrepl.ParseLSN(s)
+}
+
+func (r *runner) slotLag(ctx context.Context) (confirmed pglogrepl.LSN, lag int64, err error) {
+	var c string
+	err = r.env.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn() - confirmed_flush_lsn
+		FROM pg_replication_slots WHERE slot_name = $1`, r.env.slot).Scan(&c, &lag)
+	if err != nil {
+		return 0, 0, err
+	}
+	confirmed, err = pglogrepl.ParseLSN(c)
+	return confirmed, lag, err
+}
+
+// drainPhase tops the backlog up to its size with pgbench (one order
+// transaction per event, as the API commits them), then starts the reader
+// and times it until the slot confirmed everything.
+func (r *runner) drainPhase(ctx context.Context) error {
+	have, err := r.countOutbox(ctx)
+	if err != nil {
+		return err
+	}
+	if err := commitOrders(ctx, r.env.dsn, r.logDir, r.sz.backlog-have); err != nil {
+		return fmt.Errorf("committing the backlog: %w", err)
+	}
+	events, err := r.countOutbox(ctx)
+	if err != nil {
+		return err
+	}
+	target, err := r.currentWAL(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	r.cdc, err = startChild(r.logDir, "cdc", "cdc", "--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap,
+		"--slot", r.env.slot, "--topic", "order="+r.env.topic, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	err = waitFor(ctx, 10*time.Minute, "slot confirmed the backlog", func() (bool, error) {
+		if !r.cdc.running() {
+			return false, fmt.Errorf("cdc exited; see %s", r.cdc.log)
+		}
+		confirmed, _, err := r.slotLag(ctx)
+		return err == nil && confirmed >= target, nil
+	})
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	u, _ := r.cdc.sample()
+	r.res.Drain = drainResult{Events: events, Seconds: secs, EventsPerSec: float64(events) / secs, PeakRSSBytes: u.PeakRSSBytes}
+	return nil
+}
+
+// consumerSupportsBatching reports whether `consumer --help` lists
+// --batch-size.
+func consumerSupportsBatching() bool {
+	self, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	out, _ := exec.Command(self, "consumer", "--help").CombinedOutput()
+	return strings.Contains(string(out), "--batch-size")
+}
+
+func (r *runner) startConsumer(group string, batch int) (*child, error) {
+	args := []string{"consumer", "--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap,
+		"--group", group, "--topics", r.env.topic, "--commit-interval", "200ms", "--log-level", "warn"}
+	if batch > 0 {
+		args = append(args, "--batch-size", strconv.Itoa(batch))
+	}
+	return startChild(r.logDir, "consumer-"+strings.TrimPrefix(group, r.env.group+"-"), args...)
+}
+
+// timeApply starts a consumer group on the full topic and times it until
+// its committed offsets reach the end.
+func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyRun, *child, error) {
+	kr, err := kafkaread.New(r.env.endpoints.KafkaBootstrap)
+	if err != nil {
+		return applyRun{}, nil, err
+	}
+	defer kr.Close()
+	ends, err := kr.EndOffsets(r.env.topic)
+	if err != nil {
+		return applyRun{}, nil, err
+	}
+	total := 0
+	for _, e := range ends {
+		total += int(e)
+	}
+	start := time.Now()
+	c, err := r.startConsumer(group, batch)
+	if err != nil {
+		return applyRun{}, nil, err
+	}
+	err = waitFor(ctx, 30*time.Minute, "consumer reached the end of the topic", func() (bool, error) {
+		if !c.running() {
+			return false, fmt.Errorf("consumer exited; see %s", c.log)
+		}
+		committed, err := kr.Committed(group, r.env.topic)
+		if err != nil {
+			return false, nil
+		}
+		for p, end := range ends {
+			if committed[p] < end {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	secs := time.Since(start).Seconds()
+	return applyRun{BatchSize: max(batch, 1), Events: total, Seconds: secs, EventsPerSec: float64(total) / secs}, c, err
+}
+
+// applyPhase times the consumer over the whole backlog with batching off,
+// resets the business state, and times it again with batching on. The last
+// consumer keeps running for the end-to-end phase.
+func (r *runner) applyPhase(ctx context.Context) error {
+	batching := consumerSupportsBatching()
+	off := 0
+	if batching {
+		off = 1
+	}
+	run, c, err := r.timeApply(ctx, r.env.group+"-off", off)
+	r.consumer = c
+	if err != nil {
+		return err
+	}
+	r.res.Apply.Off = run
+	if !batching {
+		r.logger.Warn("consumer has no --batch-size option; batching-on figure not measured")
+		return nil
+	}
+	r.consumer.stop()
+	if _, err := r.env.pool.Exec(ctx, `TRUNCATE processed_events, shipments; UPDATE orders SET status = 'created' WHERE status = 'processed'`); err != nil {
+		return fmt.Errorf("resetting business state: %w", err)
+	}
+	run, c, err = r.timeApply(ctx, r.env.group+"-on", r.sz.batchSize)
+	r.consumer = c
+	if err != nil {
+		return err
+	}
+	r.res.Apply.On, r.res.Apply.OnMeasured = run, true
+	return nil
+}
+
+// endToEndPhase offers open-loop load at each rate with api, cdc and the
+// consumer running, then measures commit → Kafka ack and commit → applied
+// from durable timestamps: orders.created_at (set just before the order
+// transaction), the record's broker append time, processed_events.processed_at.
+func (r *runner) endToEndPhase(ctx context.Context) error {
+	kr, err := kafkaread.New(r.env.endpoints.KafkaBootstrap)
+	if err != nil {
+		return err
+	}
+	defer kr.Close()
+	fromOffsets, err := kr.EndOffsets(r.env.topic)
+	if err != nil {
+		return err
+	}
+	create, closeGRPC, err := grpcCreator(r.grpcAddr, 4)
+	if err != nil {
+		return err
+	}
+	defer closeGRPC()
+
+	before := map[string]usage{}
+	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {
+		if before[name], err = c.sample(); err != nil {
+			return fmt.Errorf("sampling %s: %w", name, err)
+		}
+	}
+	e2eStart := time.Now()
+	totalOrders := 0
+	for _, rate := range r.sz.rates {
+		customer := fmt.Sprintf("bench-rate-%d", rate)
+		var (
+			maxLag  int64
+			stop    = make(chan struct{})
+			sampled sync.WaitGroup
+		)
+		sampled.Add(1)
+		go func() {
+			defer sampled.Done()
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					if _, lag, err := r.slotLag(ctx); err == nil && lag > maxLag {
+						maxLag = lag
+					}
+				}
+			}
+		}()
+		load := openLoop(ctx, create, rate, r.sz.rateDuration, customer, 512)
+		err := waitFor(ctx, 5*time.Minute, "orders of rate "+strconv.Itoa(rate)+" applied", func() (bool, error) {
+			var pending int
+			err := r.env.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE customer_id = $1 AND status = 'created'`, customer).Scan(&pending)
+			return err == nil && pending == 0, err
+		})
+		close(stop)
+		sampled.Wait()
+		if err != nil {
+			return err
+		}
+		r.res.EndToEnd = append(r.res.EndToEnd, rateResult{OfferedPerSec: rate, Load: load, Orders: load.Requests, MaxSlotLagBytes: maxLag})
+		totalOrders += load.Requests
+	}
+	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {
+		after, err := c.sample()
+		if err != nil {
+			return fmt.Errorf("sampling %s: %w", name, err)
+		}
+		cpu := (after.CPU - before[name].CPU).Seconds()
+		cu := componentUsage{PeakRSSBytes: after.PeakRSSBytes, CPUSeconds: cpu}
+		if totalOrders > 0 {
+			cu.CPUSecondsPer1000 = cpu / float64(totalOrders) * 1000
+		}
+		r.res.Components[name] = cu
+	}
+
+	// Broker append time of every record published during the phase.
+	recs, err := kr.ReadFrom(ctx, r.env.topic, fromOffsets)
+	if err != nil {
+		return err
+	}
+	acked := make(map[string]time.Time, len(recs))
+	for _, rec := range recs {
+		id := rec.Headers["id"]
+		if _, dup := acked[id]; !dup {
+			acked[id] = rec.Timestamp
+		}
+	}
+	for i := range r.res.EndToEnd {
+		rr := &r.res.EndToEnd[i]
+		customer := fmt.Sprintf("bench-rate-%d", rr.OfferedPerSec)
+		rows, err := r.env.pool.Query(ctx, `SELECT ob.id::text, o.created_at, pe.processed_at
+			FROM orders o JOIN outbox ob ON ob.aggregateid = o.id::text
+			JOIN processed_events pe ON pe.event_id = ob.id AND pe.consumer = 'fulfillment'
+			WHERE o.customer_id = $1`, customer)
+		if err != nil {
+			return err
+		}
+		var toAck, toApplied []time.Duration
+		for rows.Next() {
+			var id string
+			var created, applied time.Time
+			if err := rows.Scan(&id, &created, &applied); err != nil {
+				rows.Close()
+				return err
+			}
+			toApplied = append(toApplied, applied.Sub(created))
+			if ts, ok := acked[id]; ok {
+				toAck = append(toAck, ts.Sub(created))
+			}
+		}
+		rows.Close()
+		rr.CommitToAck, rr.CommitToApplied = latencies(toAck), latencies(toApplied)
+	}
+
+	// Throughput over time: orders created and applied per second.
+	rows, err := r.env.pool.Query(ctx, `WITH e AS (
+			SELECT o.created_at AS c, pe.processed_at AS a FROM orders o
+			JOIN outbox ob ON ob.aggregateid = o.id::text
+			LEFT JOIN processed_events pe ON pe.event_id = ob.id AND pe.consumer = 'fulfillment'
+			WHERE o.customer_id LIKE 'bench-rate-%')
+		SELECT s, sum(created)::int, sum(applied)::int FROM (
+			SELECT floor(extract(epoch FROM c - $1::timestamptz))::int AS s, 1 AS created, 0 AS applied FROM e
+			UNION ALL
+			SELECT floor(extract(epoch FROM a - $1::timestamptz))::int, 0, 1 FROM e WHERE a IS NOT NULL) x
+		GROUP BY s ORDER BY s`, e2eStart)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p throughputPoint
+		if err := rows.Scan(&p.Second, &p.Created, &p.Applied); err != nil {
+			return err
+		}
+		r.res.Throughput = append(r.res.Throughput, p)
+	}
+	return rows.Err()
+}
+
+func latencies(d []time.Duration) latency {
+	if len(d) == 0 {
+		return latency{}
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return latency{P50: percentile(d, 0.50), P95: percentile(d, 0.95), P99: percentile(d, 0.99), Max: d[len(d)-1]}
+}

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// child is one eventforge component run by the benchmark as a separate
+// process of the same binary, so its memory and CPU are its own.
+type child struct {
+	name   string
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+}
+
+// startChild runs `<self> <args...>`, logging to dir/<name>.log.
+func startChild(dir, name string, args ...string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locating own binary: %w", err)
+	}
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(c.exited) }()
+	return c, nil
+}
+
+func (c *child) running() bool {
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM and waits up to 20 s, then SIGKILL.
+func (c *child) stop() {
+	if !c.running() {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.exited
+	}
+}
+
+// usage is a process's resource use as the kernel accounts it.
+type usage struct {
+	PeakRSSBytes int64         // VmHWM
+	CPU          time.Duration // user + system
+}
+
+// sample reads /proc for the child. It must be called while it runs.
+func (c *child) sample() (usage, error) {
+	return procUsage(c.cmd.Process.Pid)
+}
+
+func procUsage(pid int) (usage, error) {
+	var u usage
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			u.PeakRSSBytes = kb * 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 (1-based), in clock ticks of 1/100 s on Linux.
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(fields) > 12 {
+		ut, _ := strconv.ParseInt(fields[11], 10, 64)
+		st, _ := strconv.ParseInt(fields[12], 10, 64)
+		u.CPU = time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return u, nil
+}
+
+// waitFor polls cond every 100 ms until it reports true, fails, or ctx ends.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not reached within %s", what, timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+func (res *Results) writeJSON(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+func mib(b int64) string        { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// printTable prints every figure with its target where the benchmark has one.
+func (res *Results) printTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	kind := "full"
+	if res.Smoke {
+		kind = "smoke (tiny sizes: figures mean nothing)"
+	}
+	p("EventForge bench\t%s, %d CPUs, %s, %.0f s", kind, res.CPUs, res.GoVersion, res.ElapsedSecs)
+	p("\t")
+	p("1. PostgreSQL limit (pgbench, order tx)\t%.0f commits/s (best of %v clients: %d)", res.PGLimit.BestCommitsPerSec, keys(res.PGLimit.ByClients), res.PGLimit.BestClients)
+	p("2. API gRPC, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit (target ≥ 70%%)",
+		res.APIClients, res.APIGRPC.PerSecond, ms(res.APIGRPC.P50), ms(res.APIGRPC.P99), res.APIGRPC.Errors, 100*res.GRPCRatio)
+	p("   API REST, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit",
+		res.APIClients, res.APIREST.PerSecond, ms(res.APIREST.P50), ms(res.APIREST.P99), res.APIREST.Errors, 100*res.RESTRatio)
+	p("3. CDC drain of %d events\t%.0f events/s in %.1f s (target ≥ 50,000), peak RSS %s (target ≤ 64 MiB)",
+		res.Drain.Events, res.Drain.EventsPerSec, res.Drain.Seconds, mib(res.Drain.PeakRSSBytes))
+	p("4. End to end (open loop)\t")
+	for _, r := range res.EndToEnd {
+		p("   %d orders/s offered (%.0f achieved, %d late)\tcommit→ack p50 %s p95 %s p99 %s max %s | commit→applied p50 %s p95 %s p99 %s max %s | max slot lag %s",
+			r.OfferedPerSec, r.Load.PerSecond, r.Load.Late, ms(r.CommitToAck.P50), ms(r.CommitToAck.P95), ms(r.CommitToAck.P99), ms(r.CommitToAck.Max),
+			ms(r.CommitToApplied.P50), ms(r.CommitToApplied.P95), ms(r.CommitToApplied.P99), ms(r.CommitToApplied.Max), mib(r.MaxSlotLagBytes))
+	}
+	p("   target\tcommit→applied p99 ≤ 100 ms at 1,000 orders/s")
+	p("5. Consumer apply, batching off\t%.0f events/s (%d events, %.1f s)", res.Apply.Off.EventsPerSec, res.Apply.Off.Events, res.Apply.Off.Seconds)
+	if res.Apply.OnMeasured {
+		p("   Consumer apply, batching on (%d)\t%.0f events/s (%d events, %.1f s) — target ≥ the PostgreSQL limit (%.0f)",
+			res.Apply.On.BatchSize, res.Apply.On.EventsPerSec, res.Apply.On.Events, res.Apply.On.Seconds, res.PGLimit.BestCommitsPerSec)
+	} else {
+		p("   Consumer apply, batching on\tnot measured: the consumer has no batching option")
+	}
+	p("6. Components (end-to-end phase)\t")
+	for _, name := range []string{"api", "cdc", "consumer"} {
+		c := res.Components[name]
+		p("   %s\tpeak RSS %s, %.2f CPU s per 1,000 orders", name, mib(c.PeakRSSBytes), c.CPUSecondsPer1000)
+	}
+	_ = tw.Flush()
+}
+
+func keys(m map[int]float64) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// writeCharts draws latency percentiles against offered load and
+// throughput over time, as SVG and PNG, and returns the files written.
+func (res *Results) writeCharts(prefix string) ([]string, error) {
+	var files []string
+
+	lat := plot.New()
+	lat.Title.Text = "Commit → applied latency vs offered load"
+	lat.X.Label.Text = "offered load (orders/s)"
+	lat.Y.Label.Text = "latency (ms)"
+	series := func(get func(rateResult) time.Duration) plotter.XYs {
+		pts := make(plotter.XYs, len(res.EndToEnd))
+		for i, r := range res.EndToEnd {
+			pts[i].X, pts[i].Y = float64(r.OfferedPerSec), float64(get(r))/float64(time.Millisecond)
+		}
+		return pts
+	}
+	if err := plotutil.AddLinePoints(lat,
+		"applied p50", series(func(r rateResult) time.Duration { return r.CommitToApplied.P50 }),
+		"applied p95", series(func(r rateResult) time.Duration { return r.CommitToApplied.P95 }),
+		"applied p99", series(func(r rateResult) time.Duration { return r.CommitToApplied.P99 }),
+		"Kafka ack p99", series(func(r rateResult) time.Duration { return r.CommitToAck.P99 }),
+	); err != nil {
+		return nil, err
+	}
+	lat.Legend.Top = true
+
+	tp := plot.New()
+	tp.Title.Text = "Throughput over time (end-to-end phase)"
+	tp.X.Label.Text = "seconds since the phase started"
+	tp.Y.Label.Text = "orders per second"
+	created := make(plotter.XYs, len(res.Throughput))
+	applied := make(plotter.XYs, len(res.Throughput))
+	for i, pt := range res.Throughput {
+		created[i].X, created[i].Y = float64(pt.Second), float64(pt.Created)
+		applied[i].X, applied[i].Y = float64(pt.Second), float64(pt.Applied)
+	}
+	if err := plotutil.AddLines(tp, "created", created, "applied", applied); err != nil {
+		return nil, err
+	}
+	tp.Legend.Top = true
+
+	for name, p := range map[string]*plot.Plot{"latency": lat, "throughput": tp} {
+		for _, ext := range []string{"svg", "png"} {
+			path := fmt.Sprintf("%s-%s.%s", prefix, name, ext)
+			if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
+				return nil, fmt.Errorf("drawing %s: %w", path, err)
+			}
+			files = append(files, path)
+		}
+	}
+	return files, nil
+}
+
+// check reports every figure the run failed to produce, so a harness that
+// rots fails loudly instead of printing zeros.
+func (res *Results) check() error {
+	var missing []string
+	need := func(ok bool, what string) {
+		if !ok {
+			missing = append(missing, what)
+		}
+	}
+	need(res.PGLimit.BestCommitsPerSec > 0, "PostgreSQL limit")
+	need(res.APIGRPC.Requests > 0 && res.APIGRPC.P99 > 0, "API gRPC throughput and latency")
+	need(res.APIREST.Requests > 0 && res.APIREST.P99 > 0, "API REST throughput and latency")
+	need(res.Drain.Events > 0 && res.Drain.EventsPerSec > 0 && res.Drain.PeakRSSBytes > 0, "CDC drain rate and peak RSS")
+	need(res.Apply.Off.Events > 0 && res.Apply.Off.EventsPerSec > 0, "consumer apply rate")
+	need(len(res.EndToEnd) > 0, "end-to-end phases")
+	for _, r := range res.EndToEnd {
+		need(r.Orders > 0 && r.CommitToAck.P99 > 0 && r.CommitToApplied.P99 > 0, fmt.Sprintf("end-to-end latency at %d/s", r.OfferedPerSec))
+	}
+	for _, name := range []string{"api", "cdc", "consumer"} {
+		c := res.Components[name]
+		need(c.PeakRSSBytes > 0 && c.CPUSeconds > 0, name+" peak RSS and CPU")
+	}
+	need(len(res.Throughput) > 0, "throughput over time")
+	if len(missing) > 0 {
+		return fmt.Errorf("figures missing: %v", missing)
+	}
+	return nil
+}

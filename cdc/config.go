@@ -45,21 +45,47 @@ type Config struct {
 	FlushTimeout time.Duration `name:"flush-timeout" help:"How long shutdown waits for queued events to be acknowledged." default:"10s"`
 	// MaxBackoff caps the wait between reconnection attempts.
 	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between reconnection attempts." default:"10s"`
+	// HeartbeatInterval is how often the reader writes a heartbeat message
+	// to the WAL (pg_logical_emit_message) and measures its round trip.
+	HeartbeatInterval time.Duration `name:"heartbeat-interval" help:"How often to write a heartbeat message to the WAL and time its round trip." default:"10s"`
+	// MaxInflightEvents bounds the events handed to Kafka and not yet
+	// acknowledged; reading pauses at the bound.
+	MaxInflightEvents int `name:"max-inflight-events" help:"Pause reading the slot while this many events await Kafka's acknowledgement." default:"10000"`
+	// MaxInflightBytes bounds the approximate size of the events handed to
+	// Kafka and not yet acknowledged; reading pauses at the bound.
+	MaxInflightBytes int64 `name:"max-inflight-bytes" help:"Pause reading the slot while this many bytes of events await Kafka's acknowledgement." default:"16777216"`
+	// StandbyRetry is how often a waiting reader checks whether it may take
+	// over (leadership lock free, slot released).
+	StandbyRetry time.Duration `name:"standby-retry" help:"How often a standby reader tries to take over the slot." default:"1s"`
+	// OutboxRetention is how long outbox rows are kept; older rows are
+	// deleted in small batches by the active reader. Zero disables pruning.
+	OutboxRetention time.Duration `name:"outbox-retention" help:"Delete outbox rows older than this (0 keeps them)." default:"24h"`
+	// PruneInterval is how often the active reader prunes the outbox.
+	PruneInterval time.Duration `name:"outbox-prune-interval" help:"How often to prune the outbox." default:"5m"`
+	// PruneBatch is the number of rows deleted per prune statement.
+	PruneBatch int `name:"outbox-prune-batch" help:"Outbox rows deleted per statement when pruning." default:"1000"`
 }
 
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:    "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
-		KafkaBrokers:   "127.0.0.1:19092",
-		Slot:           schema.Slot,
-		Publication:    schema.Publication,
-		OutboxTable:    "public.outbox",
-		Topics:         map[string]string{"order": "eventforge.orders"},
-		TopicFallback:  "eventforge.{aggregatetype}",
-		StatusInterval: 2 * time.Second,
-		FlushTimeout:   10 * time.Second,
-		MaxBackoff:     10 * time.Second,
+		DatabaseURL:       "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		KafkaBrokers:      "127.0.0.1:19092",
+		Slot:              schema.Slot,
+		Publication:       schema.Publication,
+		OutboxTable:       "public.outbox",
+		Topics:            map[string]string{"order": "eventforge.orders"},
+		TopicFallback:     "eventforge.{aggregatetype}",
+		StatusInterval:    2 * time.Second,
+		FlushTimeout:      10 * time.Second,
+		MaxBackoff:        10 * time.Second,
+		HeartbeatInterval: 10 * time.Second,
+		MaxInflightEvents: 10000,
+		MaxInflightBytes:  16 << 20,
+		StandbyRetry:      time.Second,
+		OutboxRetention:   24 * time.Hour,
+		PruneInterval:     5 * time.Minute,
+		PruneBatch:        1000,
 	}
 }
 
@@ -78,8 +104,17 @@ func (c Config) Validate() error {
 	if _, _, ok := strings.Cut(c.OutboxTable, "."); !ok {
 		errs = append(errs, fmt.Errorf("outbox-table %q: want schema.table", c.OutboxTable))
 	}
-	if c.StatusInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 {
-		errs = append(errs, errors.New("status-interval, flush-timeout and max-backoff must be positive"))
+	if c.StatusInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 {
+		errs = append(errs, errors.New("status-interval, flush-timeout, max-backoff, heartbeat-interval and standby-retry must be positive"))
+	}
+	if c.MaxInflightEvents < 1 || c.MaxInflightBytes < 1 {
+		errs = append(errs, errors.New("max-inflight-events and max-inflight-bytes must be at least 1"))
+	}
+	if c.OutboxRetention < 0 {
+		errs = append(errs, errors.New("outbox-retention must not be negative"))
+	}
+	if c.OutboxRetention > 0 && (c.PruneInterval <= 0 || c.PruneBatch < 1) {
+		errs = append(errs, errors.New("outbox-prune-interval and outbox-prune-batch must be positive when outbox-retention is set"))
 	}
 	return errors.Join(errs...)
 }

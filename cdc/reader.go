@@ -2,13 +2,18 @@ package cdc
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -27,6 +32,11 @@ const (
 	// FailpointAfterAckBeforeConfirm fires when Kafka acknowledged an event
 	// and before the acknowledgement can advance the confirmed LSN.
 	FailpointAfterAckBeforeConfirm = "cdc.after_ack_before_confirm"
+	// FailpointMidTransaction fires once per transaction with events, after
+	// some of its events were produced and before its COMMIT is processed:
+	// at the first event produced after an earlier event of the same
+	// transaction was acknowledged by Kafka, or else just before the COMMIT.
+	FailpointMidTransaction = "cdc.mid_transaction"
 )
 
 // errPermanent marks errors that reconnecting cannot fix (configuration,
@@ -40,19 +50,37 @@ func permanent(format string, args ...any) error {
 	return errPermanent{fmt.Errorf(format, args...)}
 }
 
-// Run reads the slot until ctx is cancelled. Connection losses (PostgreSQL or
-// Kafka) end the current session; Run then reconnects with backoff and
-// resumes from the slot's confirmed position, republishing anything that was
-// not confirmed. It returns nil after a clean shutdown, or an error that
-// reconnecting cannot fix.
+// Run reads the slot until ctx is cancelled.
+//
+// Several processes may run for one slot: a PostgreSQL advisory lock, held
+// by each process's control connection, lets exactly one of them publish; the
+// others wait as standbys and take over when the lock and the slot are free.
+//
+// Connection losses (PostgreSQL or Kafka) end the current session; Run then
+// reconnects with backoff and resumes from the slot's confirmed position,
+// republishing anything that was not confirmed. It returns nil after a clean
+// shutdown, or an error that reconnecting cannot fix.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid cdc config: %w", err)
 	}
-	backoff := 250 * time.Millisecond
+	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
+	nonce := make([]byte, 6)
+	_, _ = crand.Read(nonce)
+	r := &reader{
+		cfg:    cfg,
+		logger: logger.With("slot", cfg.Slot),
+		m:      newSlotMetrics(cfg.Slot),
+		prog:   &progress{},
+		hb:     &heartbeats{},
+		nonce:  hex.EncodeToString(nonce),
+		table:  pgx.Identifier{ns, table},
+	}
+	defer r.m.active.Set(0)
+	bo := backoff{max: cfg.MaxBackoff}
 	for {
 		started := time.Now()
-		err := runSession(ctx, cfg, logger)
+		err := r.runControl(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -60,18 +88,249 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		if errors.As(err, &perm) {
 			return err
 		}
-		if time.Since(started) > time.Minute {
-			backoff = 250 * time.Millisecond
+		wait := bo.next(time.Since(started))
+		r.logger.Warn("cdc connection ended; reconnecting", "err", err, "backoff", wait)
+		if !sleep(ctx, wait) {
+			return nil
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		logger.Warn("cdc session ended; reconnecting", "err", err, "backoff", wait)
+	}
+}
+
+// reader is one process's state across control connections and sessions.
+type reader struct {
+	cfg    Config
+	logger *slog.Logger
+	m      *slotMetrics
+	prog   *progress
+	hb     *heartbeats
+	nonce  string         // tells this process's heartbeats from others'
+	table  pgx.Identifier // the outbox table
+}
+
+// backoff is capped exponential backoff with jitter; it starts over after a
+// run that lasted a minute.
+type backoff struct {
+	max time.Duration
+	cur time.Duration
+}
+
+func (b *backoff) next(lasted time.Duration) time.Duration {
+	if b.cur == 0 || lasted > time.Minute {
+		b.cur = 250 * time.Millisecond
+	}
+	wait := b.cur/2 + rand.N(b.cur/2+1)
+	b.cur = min(b.cur*2, b.max)
+	return wait
+}
+
+// jitter returns d ± 20%.
+func jitter(d time.Duration) time.Duration {
+	return d*4/5 + rand.N(d*2/5+1)
+}
+
+// sleep waits for d or ctx; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// runControl opens the control connection, waits for the leadership lock as
+// a standby, then leads — runs replication sessions — until the control
+// connection fails or ctx ends.
+func (r *reader) runControl(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connecting to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	ctl := &control{conn: conn}
+	if err := checkServer(ctx, ctl, r.cfg, r.logger); err != nil {
+		return err
+	}
+
+	for waiting := false; ; waiting = true {
+		ok, err := tryLock(ctx, ctl, r.cfg.Slot)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		if !waiting {
+			r.logger.Info("another reader holds the slot; waiting as standby", "standby_retry", r.cfg.StandbyRetry)
+		}
+		r.m.active.Set(0)
+		r.m.oldestAge.Set(0)
+		r.m.inflight.Set(0)
+		if err := r.updateSlotStats(ctx, ctl); err != nil {
+			return err
+		}
+		if !sleep(ctx, jitter(r.cfg.StandbyRetry)) {
+			return nil
+		}
+	}
+	r.logger.Info("leadership acquired")
+
+	lctx, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.monitor(lctx, ctl, lose) })
+	if r.cfg.OutboxRetention > 0 {
+		wg.Go(func() { r.prune(lctx, ctl) })
+	}
+	err = r.lead(lctx, ctl)
+	lose(nil)
+	wg.Wait()
+	if cause := context.Cause(lctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("leadership lost: %w", cause)
+	}
+	return err
+}
+
+// lead runs replication sessions until ctx ends (shutdown or lost
+// leadership) or a session fails permanently.
+func (r *reader) lead(ctx context.Context, ctl *control) error {
+	bo := backoff{max: r.cfg.MaxBackoff}
+	for {
+		started := time.Now()
+		err := r.runSession(ctx, ctl)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var perm errPermanent
+		if errors.As(err, &perm) {
+			return err
+		}
+		var wait time.Duration
+		if errors.Is(err, errSlotBusy) || isPGCode(err, "55006") {
+			// The previous holder's walsender has not exited yet.
+			wait = jitter(r.cfg.StandbyRetry) / 2
+			r.logger.Info("slot still held by another process; retrying", "err", err, "backoff", wait)
+		} else {
+			wait = bo.next(time.Since(started))
+			r.logger.Warn("cdc session ended; reconnecting", "err", err, "backoff", wait)
+		}
+		if !sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// monitor runs beside the sessions while this process leads: heartbeats,
+// slot statistics and the oldest-unpublished age. A failing statement means
+// the control connection, and with it the leadership lock, may be gone: it
+// cancels the leadership.
+func (r *reader) monitor(ctx context.Context, ctl *control, lose context.CancelCauseFunc) {
+	stats := time.NewTicker(r.cfg.StatusInterval)
+	defer stats.Stop()
+	beat := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer beat.Stop()
+	fail := func(err error) {
+		if ctx.Err() == nil {
+			lose(err)
+		}
+	}
+	if err := r.heartbeat(ctx, ctl); err != nil {
+		fail(err)
+		return
+	}
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
+			return
+		case <-stats.C:
+			if err := r.updateSlotStats(ctx, ctl); err != nil {
+				fail(err)
+				return
+			}
+			if err := r.updateAge(ctx, ctl); err != nil {
+				fail(err)
+				return
+			}
+			if lag, ok := r.hb.lag(time.Now()); ok {
+				r.m.replicationLag.Set(lag.Seconds())
+			}
+		case <-beat.C:
+			if err := r.heartbeat(ctx, ctl); err != nil {
+				fail(err)
+				return
+			}
 		}
-		backoff = min(backoff*2, cfg.MaxBackoff)
 	}
+}
+
+func (r *reader) heartbeat(ctx context.Context, ctl *control) error {
+	now := time.Now()
+	if err := emitHeartbeat(ctx, ctl, r.nonce, now); err != nil {
+		return err
+	}
+	r.hb.sent(now)
+	return nil
+}
+
+func (r *reader) updateSlotStats(ctx context.Context, ctl *control) error {
+	lag, retained, err := slotStats(ctx, ctl, r.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	r.m.slotLag.Set(float64(lag))
+	r.m.retainedWAL.Set(float64(retained))
+	return nil
+}
+
+// updateAge sets the oldest-unpublished age: from the oldest unconfirmed
+// transaction the reader holds or left behind, else from the outbox rows
+// created after the newest confirmed commit.
+func (r *reader) updateAge(ctx context.Context, ctl *control) error {
+	oldest, confirmed := r.prog.snapshot()
+	switch {
+	case !oldest.IsZero():
+		r.m.oldestAge.Set(max(time.Since(oldest).Seconds(), 0))
+	case confirmed.IsZero():
+		r.m.oldestAge.Set(0)
+	default:
+		age, err := oldestCreatedAfter(ctx, ctl, r.table, confirmed)
+		if err != nil {
+			return err
+		}
+		r.m.oldestAge.Set(age)
+	}
+	return nil
+}
+
+// prune deletes outbox rows past the retention every PruneInterval.
+func (r *reader) prune(ctx context.Context, ctl *control) {
+	t := time.NewTicker(r.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		n, err := pruneOutbox(ctx, ctl, r.table, r.cfg.OutboxRetention, r.cfg.PruneBatch)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.logger.Warn("pruning outbox", "err", err)
+		case n > 0:
+			r.logger.Info("outbox pruned", "rows", n, "retention", r.cfg.OutboxRetention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// errSlotBusy means another process's walsender still holds the slot.
+var errSlotBusy = errors.New("replication slot is held by another process")
+
+// isPGCode reports whether err is a PostgreSQL error with the SQLSTATE code.
+func isPGCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
 // slotInfo is what the reader checks about its slot before streaming.
@@ -80,46 +339,19 @@ type slotInfo struct {
 	activePID *int32
 }
 
-// prepare validates the server and the slot over a normal connection and
-// returns the position to stream from.
-func prepare(ctx context.Context, cfg Config, logger *slog.Logger) (slotInfo, error) {
-	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return slotInfo{}, fmt.Errorf("connecting to postgres: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-
-	var walLevel string
-	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
-		return slotInfo{}, fmt.Errorf("reading wal_level: %w", err)
-	}
-	if walLevel != "logical" {
-		return slotInfo{}, permanent("postgres has wal_level=%s; logical replication needs wal_level=logical (set it in postgresql.conf and restart)", walLevel)
-	}
-	var pubExists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&pubExists); err != nil {
-		return slotInfo{}, fmt.Errorf("looking up publication: %w", err)
-	}
-	if !pubExists {
-		return slotInfo{}, permanent("publication %q does not exist in this database; run `eventforge migrate`", cfg.Publication)
-	}
-	if !cfg.NoCreateSlot {
-		created, err := schema.EnsureSlot(ctx, conn, cfg.Slot)
-		if err != nil {
-			return slotInfo{}, err
-		}
-		if created {
-			logger.Warn("created replication slot; outbox rows committed before this moment are not streamed (create the slot with `eventforge migrate` before the first order)", "slot", cfg.Slot)
-		}
-	}
+// readSlot validates the slot and returns the position to stream from.
+func readSlot(ctx context.Context, ctl *control, cfg Config) (slotInfo, error) {
 	var (
 		info     slotInfo
 		plugin   string
 		database string
-		found    bool
+		db       string
 	)
-	err = conn.QueryRow(ctx, `SELECT true, plugin, database, confirmed_flush_lsn::text, active_pid
-		FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&found, &plugin, &database, ptrLSN{&info.confirmed}, &info.activePID)
+	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		db = conn.Config().Database
+		return conn.QueryRow(ctx, `SELECT plugin, database, confirmed_flush_lsn::text, active_pid
+			FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&plugin, &database, ptrLSN{&info.confirmed}, &info.activePID)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return slotInfo{}, permanent("replication slot %q does not exist (and --no-create-slot is set); run `eventforge migrate`", cfg.Slot)
 	}
@@ -129,7 +361,7 @@ func prepare(ctx context.Context, cfg Config, logger *slog.Logger) (slotInfo, er
 	if plugin != schema.OutputPlugin {
 		return slotInfo{}, permanent("replication slot %q uses plugin %q, want %q", cfg.Slot, plugin, schema.OutputPlugin)
 	}
-	if db := conn.Config().Database; database != db {
+	if database != db {
 		return slotInfo{}, permanent("replication slot %q belongs to database %q, not %q", cfg.Slot, database, db)
 	}
 	return info, nil
@@ -155,18 +387,23 @@ func (p ptrLSN) Scan(src any) error {
 type delivery struct {
 	tx      *checkpoint.Tx
 	eventID string
+	size    int
 }
 
-func runSession(ctx context.Context, cfg Config, logger *slog.Logger) error {
-	info, err := prepare(ctx, cfg, logger)
+// recordOverhead approximates the bytes a record carries beyond its event
+// fields (fixed headers, librdkafka bookkeeping).
+const recordOverhead = 256
+
+func (r *reader) runSession(ctx context.Context, ctl *control) error {
+	info, err := readSlot(ctx, ctl, r.cfg)
 	if err != nil {
 		return err
 	}
 	if info.activePID != nil {
-		return fmt.Errorf("replication slot %s is held by another reader (pid %d)", cfg.Slot, *info.activePID)
+		return fmt.Errorf("%w (pid %d)", errSlotBusy, *info.activePID)
 	}
 
-	connCfg, err := pgconn.ParseConfig(cfg.DatabaseURL)
+	connCfg, err := pgconn.ParseConfig(r.cfg.DatabaseURL)
 	if err != nil {
 		return permanent("parsing database-url: %w", err)
 	}
@@ -176,39 +413,61 @@ func runSession(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("opening replication connection: %w", err)
 	}
-	defer rconn.Close(context.WithoutCancel(ctx))
+	defer func() {
+		rconn.Close(context.WithoutCancel(ctx))
+		if r.m.active != nil {
+			r.m.active.Set(0)
+		}
+	}()
 
-	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
+	ns, table, _ := strings.Cut(r.cfg.OutboxTable, ".")
 	s := &session{
-		cfg:     cfg,
-		logger:  logger.With("slot", cfg.Slot),
+		reader:  r,
 		conn:    rconn,
 		tracker: checkpoint.New(info.confirmed),
 		decoder: decode.New(ns, table),
 		failed:  make(chan error, 1),
+		space:   make(chan struct{}, 1),
 	}
 	s.pub, err = publish.New(publish.Options{
-		Bootstrap: cfg.KafkaBrokers,
+		Bootstrap: r.cfg.KafkaBrokers,
 		ClientID:  "eventforge-cdc",
-		Router:    publish.Router{Topics: cfg.Topics, Fallback: cfg.TopicFallback},
-	}, logger, s.onDelivery)
+		Router:    publish.Router{Topics: r.cfg.Topics, Fallback: r.cfg.TopicFallback},
+		Extra:     producerLimits(r.cfg),
+	}, r.logger, s.onDelivery)
 	if err != nil {
 		return err
 	}
+	r.prog.attach(s.tracker)
+	defer r.prog.detach()
 	return s.run(ctx, info.confirmed)
+}
+
+// producerLimits sizes librdkafka's local queue above the reader's own
+// in-flight bounds, so the bounds, not the queue, pause the reader.
+func producerLimits(cfg Config) kafka.ConfigMap {
+	kbytes := cfg.MaxInflightBytes*2/1024 + 1024
+	return kafka.ConfigMap{
+		"queue.buffering.max.messages": cfg.MaxInflightEvents + 1000,
+		"queue.buffering.max.kbytes":   int(min(kbytes, 2097151)),
+		"go.events.channel.size":       min(cfg.MaxInflightEvents+1000, 100000),
+		"go.produce.channel.size":      1000,
+	}
 }
 
 // session is one replication connection plus one producer. Any error ends
 // it; the next session resumes from the slot's confirmed position.
 type session struct {
-	cfg     Config
-	logger  *slog.Logger
+	*reader
 	conn    *pgconn.PgConn
 	pub     *publish.Publisher
 	tracker *checkpoint.Tracker
 	decoder *decode.Decoder
 	curTx   *checkpoint.Tx
-	failed  chan error // first delivery failure
+	curN    int           // events of curTx produced so far
+	midDone bool          // FailpointMidTransaction evaluated for curTx
+	failed  chan error    // first delivery failure
+	space   chan struct{} // an acknowledgement made room in flight
 	sentLSN atomic.Uint64
 }
 
@@ -221,13 +480,20 @@ func (s *session) onDelivery(opaque any, err error) {
 	if err != nil {
 		// A failed delivery never advances the LSN: the transaction stays
 		// unconfirmed and the next session republishes it.
+		s.tracker.Release(d.tx, d.size)
+		s.m.errors.Inc()
 		select {
 		case s.failed <- fmt.Errorf("delivering event %s: %w", d.eventID, err):
 		default:
 		}
 		return
 	}
-	s.tracker.Ack(d.tx)
+	s.tracker.Ack(d.tx, d.size)
+	s.m.published.Inc()
+	select {
+	case s.space <- struct{}{}:
+	default:
+	}
 }
 
 func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
@@ -242,7 +508,8 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 		s.pub.Close(time.Second)
 		return fmt.Errorf("starting replication on slot %s at %s: %w", s.cfg.Slot, start, err)
 	}
-	s.logger.Info("replication started", "lsn", start.String(), "publication", s.cfg.Publication)
+	s.m.active.Set(1)
+	s.logger.Info("replication started; this process publishes", "lsn", start.String(), "publication", s.cfg.Publication)
 
 	loopErr := s.loop(ctx)
 
@@ -250,23 +517,21 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 	// last contiguously acknowledged commit, close.
 	left := s.pub.Close(s.cfg.FlushTimeout)
 	if left > 0 {
-		s.logger.Warn("events left unacknowledged at shutdown; they will be republished", "events", left)
+		s.logger.Warn("events left unacknowledged at session end; they will be republished", "events", left)
 	}
-	if loopErr == nil || ctx.Err() != nil {
-		if err := s.sendStatus(context.WithoutCancel(ctx)); err != nil {
-			s.logger.Warn("final status update", "err", err)
-		}
-		s.logger.Info("replication stopped", "lsn", s.tracker.Confirmable().String())
-		if loopErr == nil {
-			return nil
-		}
+	s.m.inflight.Set(0)
+	// Confirming the acknowledged prefix is safe whatever ended the session.
+	if err := s.sendStatus(context.WithoutCancel(ctx)); err != nil {
+		s.logger.Debug("final status update", "err", err)
 	}
+	s.logger.Info("replication stopped", "lsn", s.tracker.Confirmable().String(), "err", loopErr)
 	return loopErr
 }
 
 func (s *session) sendStatus(ctx context.Context) error {
 	confirmed := s.tracker.Confirmable()
 	written := max(s.tracker.Received(), confirmed)
+	s.m.inflight.Set(float64(s.tracker.Inflight()))
 	// All three positions are set: pglogrepl would copy a zero flush position
 	// from the write position and confirm WAL Kafka has not acknowledged.
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
@@ -283,6 +548,11 @@ func (s *session) sendStatus(ctx context.Context) error {
 	return nil
 }
 
+// full reports whether the in-flight bounds are reached.
+func (s *session) full() bool {
+	return s.tracker.Inflight() >= s.cfg.MaxInflightEvents || s.tracker.InflightBytes() >= s.cfg.MaxInflightBytes
+}
+
 // loop receives and handles replication messages until ctx is cancelled
 // (returns nil) or the session fails.
 func (s *session) loop(ctx context.Context) error {
@@ -292,6 +562,7 @@ func (s *session) loop(ctx context.Context) error {
 		case err := <-s.failed:
 			return err
 		case err := <-s.pub.Fatal():
+			s.m.errors.Inc()
 			return fmt.Errorf("kafka producer: %w", err)
 		default:
 		}
@@ -303,6 +574,26 @@ func (s *session) loop(ctx context.Context) error {
 				return err
 			}
 			nextStatus = time.Now().Add(s.cfg.StatusInterval)
+		}
+
+		if s.full() {
+			// Backpressure: stop reading until acknowledgements make room.
+			// Status updates go on, so the server keeps the connection.
+			wait := time.NewTimer(time.Until(nextStatus))
+			select {
+			case <-s.space:
+			case <-wait.C:
+			case <-ctx.Done():
+			case err := <-s.failed:
+				wait.Stop()
+				return err
+			case err := <-s.pub.Fatal():
+				wait.Stop()
+				s.m.errors.Inc()
+				return fmt.Errorf("kafka producer: %w", err)
+			}
+			wait.Stop()
+			continue
 		}
 
 		rctx, cancel := context.WithDeadline(ctx, nextStatus)
@@ -369,7 +660,7 @@ func (s *session) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 			return errPermanent{err}
 		}
 	case *pglogrepl.BeginMessage:
-		s.curTx = s.tracker.Begin()
+		s.curTx, s.curN, s.midDone = s.tracker.Begin(m.CommitTime), 0, false
 	case *pglogrepl.InsertMessage:
 		ev, ok, err := s.decoder.Insert(m)
 		if err != nil {
@@ -381,16 +672,52 @@ func (s *session) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 		if s.curTx == nil {
 			return fmt.Errorf("insert at %s outside a transaction", xld.WALStart)
 		}
-		s.tracker.Add(s.curTx)
-		if err := s.pub.Publish(ctx, &ev, &delivery{tx: s.curTx, eventID: ev.ID}); err != nil {
+		size := ev.Size() + recordOverhead
+		s.tracker.Add(s.curTx, size)
+		if err := s.pub.Publish(ctx, &ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
+			s.tracker.Release(s.curTx, size)
 			return err
+		}
+		s.curN++
+		if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
+			s.midDone = true
+			if err := failpoint.Eval(ctx, FailpointMidTransaction); err != nil {
+				return err
+			}
 		}
 	case *pglogrepl.CommitMessage:
 		if s.curTx == nil {
 			return fmt.Errorf("commit at %s without begin", m.CommitLSN)
 		}
+		if !s.midDone && s.curN > 0 {
+			s.midDone = true
+			if err := failpoint.Eval(ctx, FailpointMidTransaction); err != nil {
+				return err
+			}
+		}
 		s.tracker.Commit(s.curTx, m.TransactionEndLSN)
 		s.curTx = nil
+	case *pglogrepl.LogicalDecodingMessage:
+		s.handleMessage(m)
 	}
 	return nil
+}
+
+// handleMessage handles a logical decoding message: a heartbeat measures the
+// replication lag and, when nothing is open or unacknowledged, moves the
+// confirmable position to it like a keepalive does.
+func (s *session) handleMessage(m *pglogrepl.LogicalDecodingMessage) {
+	if m.Prefix != HeartbeatPrefix {
+		return
+	}
+	nonce, sentAt, ok := parseHeartbeat(m.Content)
+	if !ok {
+		return
+	}
+	if nonce == s.nonce {
+		s.hb.received(sentAt, time.Now())
+	}
+	if !m.Transactional {
+		s.tracker.AdvanceIdle(m.LSN)
+	}
 }

@@ -14,6 +14,7 @@ package checkpoint
 
 import (
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -21,9 +22,11 @@ import (
 // Tx is one transaction received from the slot. It is owned by the Tracker;
 // callers hold it only to pass it back.
 type Tx struct {
-	pending   int // events handed to Kafka and not yet acknowledged
-	committed bool
-	endLSN    pglogrepl.LSN
+	pending    int // events handed to Kafka and not yet acknowledged
+	acked      int // events acknowledged by Kafka
+	committed  bool
+	endLSN     pglogrepl.LSN
+	commitTime time.Time // from BEGIN: when the transaction committed on the server
 }
 
 // Tracker accounts for transactions in receipt order. It is safe for use by
@@ -35,6 +38,10 @@ type Tracker struct {
 	confirmed pglogrepl.LSN
 	received  pglogrepl.LSN
 	inflight  int
+	bytes     int64
+	// confirmedTime is the commit time of the newest confirmable
+	// transaction; zero until one was confirmed.
+	confirmedTime time.Time
 }
 
 // New returns a Tracker whose confirmable position starts at start, the
@@ -43,21 +50,23 @@ func New(start pglogrepl.LSN) *Tracker {
 	return &Tracker{confirmed: start, received: start}
 }
 
-// Begin registers a transaction whose BEGIN was just received.
-func (t *Tracker) Begin() *Tx {
-	tx := &Tx{}
+// Begin registers a transaction whose BEGIN was just received; commitTime is
+// the commit timestamp BEGIN carries.
+func (t *Tracker) Begin(commitTime time.Time) *Tx {
+	tx := &Tx{commitTime: commitTime}
 	t.mu.Lock()
 	t.queue = append(t.queue, tx)
 	t.mu.Unlock()
 	return tx
 }
 
-// Add records one event of tx handed to Kafka. Call it before producing, so a
-// fast acknowledgement cannot find the count at zero.
-func (t *Tracker) Add(tx *Tx) {
+// Add records one event of tx, of about size bytes, handed to Kafka. Call it
+// before producing, so a fast acknowledgement cannot find the count at zero.
+func (t *Tracker) Add(tx *Tx, size int) {
 	t.mu.Lock()
 	tx.pending++
 	t.inflight++
+	t.bytes += int64(size)
 	t.mu.Unlock()
 }
 
@@ -74,13 +83,33 @@ func (t *Tracker) Commit(tx *Tx, end pglogrepl.LSN) {
 	t.mu.Unlock()
 }
 
-// Ack records that Kafka acknowledged one event of tx.
-func (t *Tracker) Ack(tx *Tx) {
+// Ack records that Kafka acknowledged one event of tx of size bytes (the
+// size given to Add).
+func (t *Tracker) Ack(tx *Tx, size int) {
 	t.mu.Lock()
 	tx.pending--
+	tx.acked++
 	t.inflight--
+	t.bytes -= int64(size)
 	t.advance()
 	t.mu.Unlock()
+}
+
+// Release forgets one event of tx of size bytes whose delivery failed: it no
+// longer counts as in flight, and tx stays unconfirmable for good, so the
+// next session republishes it.
+func (t *Tracker) Release(tx *Tx, size int) {
+	t.mu.Lock()
+	t.inflight--
+	t.bytes -= int64(size)
+	t.mu.Unlock()
+}
+
+// Acked returns how many events of tx Kafka acknowledged so far.
+func (t *Tracker) Acked(tx *Tx) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return tx.acked
 }
 
 // advance pops the fully acknowledged prefix. t.mu must be held.
@@ -92,6 +121,9 @@ func (t *Tracker) advance() {
 		}
 		if tx.endLSN > t.confirmed {
 			t.confirmed = tx.endLSN
+		}
+		if tx.commitTime.After(t.confirmedTime) {
+			t.confirmedTime = tx.commitTime
 		}
 		t.queue[t.head] = nil
 		t.head++
@@ -127,6 +159,33 @@ func (t *Tracker) Inflight() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.inflight
+}
+
+// InflightBytes returns the approximate size of the events handed to Kafka
+// and not yet acknowledged.
+func (t *Tracker) InflightBytes() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
+}
+
+// OldestPending returns the commit time of the oldest transaction received
+// and not yet confirmable, or the zero time when there is none.
+func (t *Tracker) OldestPending() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.head == len(t.queue) {
+		return time.Time{}
+	}
+	return t.queue[t.head].commitTime
+}
+
+// ConfirmedCommitTime returns the commit time of the newest transaction that
+// became confirmable, or the zero time when none did yet.
+func (t *Tracker) ConfirmedCommitTime() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.confirmedTime
 }
 
 // AdvanceIdle moves the confirmable position to walEnd, the server's WAL end

@@ -129,10 +129,21 @@ func (d *Decoder) Insert(m *pglogrepl.InsertMessage) (ev Event, ok bool, err err
 	if err != nil {
 		return Event{}, false, err
 	}
-	if headers != "" && headers != "{}" {
-		if err := json.Unmarshal([]byte(headers), &ev.Headers); err != nil {
-			return Event{}, false, fmt.Errorf("outbox event %s: headers are not a JSON object of strings: %w", ev.ID, err)
-		}
+	if ev.Headers, err = ParseHeaders(ev.ID, headers); err != nil {
+		return Event{}, false, err
 	}
 	return ev, true, nil
+}
+
+// ParseHeaders parses outbox.headers in its JSON text form; an empty text or
+// object gives nil.
+func ParseHeaders(eventID, text string) (map[string]string, error) {
+	if text == "" || text == "{}" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(text), &h); err != nil {
+		return nil, fmt.Errorf("outbox event %s: headers are not a JSON object of strings: %w", eventID, err)
+	}
+	return h, nil
 }

@@ -23,14 +23,18 @@ func (c *apiCmd) Run(env *runEnv) error {
 }
 
 type cdcCmd struct {
-	cdc.Config `embed:""`
+	cdc.Config  `embed:""`
+	MetricsAddr string `name:"metrics-addr" help:"Serve Prometheus /metrics on this address (empty: off)."`
 }
 
 func (c *cdcCmd) Run(env *runEnv) error {
 	env.logger.Info("starting cdc", "database_url", logging.MaskURL(c.DatabaseURL), "kafka_brokers", c.KafkaBrokers,
 		"slot", c.Slot, "publication", c.Publication, "outbox_table", c.OutboxTable, "topics", c.Topics,
-		"topic_fallback", c.TopicFallback, "status_interval", c.StatusInterval, "no_create_slot", c.NoCreateSlot)
-	return cdc.Run(env.ctx, c.Config, env.logger)
+		"topic_fallback", c.TopicFallback, "status_interval", c.StatusInterval, "no_create_slot", c.NoCreateSlot,
+		"heartbeat_interval", c.HeartbeatInterval, "max_inflight_events", c.MaxInflightEvents,
+		"max_inflight_bytes", c.MaxInflightBytes, "standby_retry", c.StandbyRetry,
+		"outbox_retention", c.OutboxRetention, "metrics_addr", c.MetricsAddr)
+	return runCDC(env, c.Config, c.MetricsAddr)
 }
 
 type consumerCmd struct {

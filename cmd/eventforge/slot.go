@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/cdc"
+)
+
+type slotCmd struct {
+	Status slotStatusCmd `cmd:"" help:"Show the replication slot: holder, confirmed/restart LSN, lag and retained WAL."`
+	Drop   slotDropCmd   `cmd:"" help:"Drop the replication slot (refused while a reader streams from it)."`
+}
+
+type slotFlags struct {
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	Slot        string `name:"slot" help:"Logical replication slot." default:"eventforge_outbox"`
+}
+
+func (f slotFlags) connect(env *runEnv) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(env.ctx, f.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to postgres: %w", err)
+	}
+	return conn, nil
+}
+
+type slotStatusCmd struct {
+	slotFlags
+	JSON bool `name:"json" help:"Print JSON."`
+}
+
+func (c *slotStatusCmd) Run(env *runEnv) error {
+	conn, err := c.connect(env)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(env.ctx)
+	st, err := cdc.ReadSlotStatus(env.ctx, conn, c.Slot)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	holder := "none (inactive)"
+	if st.ActivePID != nil {
+		holder = fmt.Sprintf("pid %d", *st.ActivePID)
+	}
+	safe := "unlimited (max_slot_wal_keep_size = -1)"
+	if st.SafeWALSizeBytes != nil {
+		safe = byteSize(*st.SafeWALSizeBytes)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "slot\t%s (%s, database %s)\n", st.Slot, st.Plugin, st.Database)
+	fmt.Fprintf(w, "active\t%s\n", holder)
+	fmt.Fprintf(w, "current WAL\t%s\n", st.CurrentWALLSN)
+	fmt.Fprintf(w, "confirmed_flush_lsn\t%s\n", st.ConfirmedFlushLSN)
+	fmt.Fprintf(w, "restart_lsn\t%s\n", st.RestartLSN)
+	fmt.Fprintf(w, "lag\t%s\n", byteSize(st.LagBytes))
+	fmt.Fprintf(w, "retained WAL\t%s\n", byteSize(st.RetainedWALBytes))
+	fmt.Fprintf(w, "wal_status\t%s\n", st.WALStatus)
+	fmt.Fprintf(w, "safe WAL size\t%s\n", safe)
+	return w.Flush()
+}
+
+type slotDropCmd struct {
+	slotFlags
+	Yes bool `name:"yes" help:"Confirm: events committed until a new slot exists are not streamed and must be replayed."`
+}
+
+func (c *slotDropCmd) Run(env *runEnv) error {
+	if !c.Yes {
+		return errors.New("dropping a slot loses its position: events committed until a new slot exists are never streamed and must be replayed with `eventforge outbox replay`; pass --yes to drop it")
+	}
+	conn, err := c.connect(env)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(env.ctx)
+	if err := cdc.DropSlot(env.ctx, conn, c.Slot); err != nil {
+		return err
+	}
+	fmt.Printf("dropped replication slot %s\n", c.Slot)
+	return nil
+}
+
+// byteSize prints n bytes with the exact count and a binary unit.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%d bytes (%.1f GiB)", n, float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d bytes (%.1f KiB)", n, float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -75,12 +75,22 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
 # database, slot, topic and group) and `make test` stops only a stack it
 # started itself, so it passes beside `make run` and leaves nothing behind.
 .PHONY: test
-test: build ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
+test: build openapi-validator ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	stop_started() { if [ -n "$$started" ]; then echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down; fi; }; \
 	trap stop_started EXIT; \
 	$(GO) test $(GO_TEST_FLAGS) ./...; \
 	$(MAKE) --no-print-directory bench-smoke
+
+# The independent OpenAPI validator (npm @apidevtools/swagger-parser, pinned by
+# its lockfile) that the api tests run on the served /openapi.json.
+OPENAPI_VALIDATOR := api/testdata/openapi
+
+.PHONY: openapi-validator
+openapi-validator: $(OPENAPI_VALIDATOR)/node_modules/.package-lock.json ## Install the OpenAPI validator the api tests use (npm ci)
+
+$(OPENAPI_VALIDATOR)/node_modules/.package-lock.json: $(OPENAPI_VALIDATOR)/package.json $(OPENAPI_VALIDATOR)/package-lock.json
+	npm ci --prefix $(OPENAPI_VALIDATOR) --no-audit --no-fund
 
 ##@ Benchmarks
 

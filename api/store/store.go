@@ -434,10 +434,18 @@ func (s *Store) Ping(ctx context.Context) error {
 // classify wraps connection-level failures with ErrUnavailable so the rpc
 // layer can answer UNAVAILABLE; everything else stays an internal error.
 func classify(err error) error {
-	var pgErr *pgconn.PgError
+	var (
+		pgErr      *pgconn.PgError
+		connectErr *pgconn.ConnectError
+	)
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
+	case errors.As(err, &connectErr):
+		// No connection could be made, whatever the server said (refused,
+		// shutting down, database not accepting connections, too many
+		// connections): the store is unavailable.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case errors.As(err, &pgErr):
 		// Class 08 (connection exception), 57P01..03 (admin shutdown, crash
 		// shutdown, cannot connect now), 53300 (too many connections).
@@ -452,10 +460,7 @@ func classify(err error) error {
 }
 
 func isConnectError(err error) bool {
-	var (
-		ce     *pgconn.ConnectError
-		netErr net.Error
-	)
-	return errors.As(err, &ce) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+	var netErr net.Error
+	return errors.As(err, &netErr) || pgconn.Timeout(err) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -1,8 +1,9 @@
 // Package consumer runs EventForge's idempotent consumers: a Kafka consumer
 // group per consumer name whose events are applied with a durable
 // (consumer, event_id) mark in the same PostgreSQL transaction as the
-// business change, and whose offsets are committed only after that
-// transaction. See package runtime for the contract and docs/consumer.md.
+// business change, whose offsets are committed only after that transaction,
+// and whose failures end in a dead-letter topic. See package runtime for the
+// contract and docs/consumer.md.
 package consumer
 
 import (
@@ -13,9 +14,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/consumer/fulfillment"
+	"github.com/eventforge/eventforge/consumer/ledger"
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/internal/metrics"
 )
 
 // Config configures one consumer.
@@ -24,31 +29,60 @@ type Config struct {
 	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
 	// KafkaBrokers is the Kafka bootstrap server list.
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
-	// Name selects the handler and names the marks; one of: fulfillment.
-	Name string `name:"name" help:"Consumer (handler) name: fulfillment." default:"fulfillment" enum:"fulfillment"`
+	// Name selects the handler and names the marks; one of: fulfillment, ledger.
+	Name string `name:"name" help:"Consumer (handler) name: fulfillment or ledger." default:"fulfillment" enum:"fulfillment,ledger"`
 	// Group is the Kafka consumer group; empty means eventforge-<name>.
 	Group string `name:"group" help:"Kafka consumer group (default eventforge-<name>)."`
 	// Topics are the topics consumed.
 	Topics []string `name:"topics" help:"Topics to consume." default:"eventforge.orders"`
-	// MaxBackoff caps the wait between attempts at one event.
-	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between attempts at one event." default:"5s"`
+	// Workers bounds how many partitions are applied at the same time.
+	Workers int `name:"workers" help:"Partitions applied concurrently (each in order)." default:"4"`
+	// BatchSize is the most records of one partition applied in one
+	// transaction; 1 turns batching off.
+	BatchSize int `name:"batch-size" help:"Most records of one partition per transaction (1 = no batching)." default:"100"`
+	// QueueSize is how many records are buffered per partition before its
+	// fetching pauses.
+	QueueSize int `name:"queue-size" help:"Records buffered per partition before its fetching pauses." default:"1000"`
+	// MaxAttempts is how often a retryable failure is tried before the
+	// record is dead-lettered.
+	MaxAttempts int `name:"max-attempts" help:"Attempts at a failing record before it is dead-lettered." default:"5"`
+	// InitialBackoff is the first wait between attempts.
+	InitialBackoff time.Duration `name:"initial-backoff" help:"First wait between attempts at one record (doubles each attempt, with jitter)." default:"100ms"`
+	// MaxBackoff caps the wait between attempts at one record.
+	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between attempts at one record." default:"5s"`
+	// AttemptTimeout bounds one apply transaction.
+	AttemptTimeout time.Duration `name:"attempt-timeout" help:"Longest one apply transaction may take." default:"30s"`
 	// CommitInterval is how often stored offsets are committed (also on
 	// revoke and shutdown).
 	CommitInterval time.Duration `name:"commit-interval" help:"How often stored offsets are committed." default:"1s"`
 	// MaxConns bounds the PostgreSQL pool.
-	MaxConns int32 `name:"max-conns" help:"PostgreSQL pool size." default:"4"`
+	MaxConns int32 `name:"max-conns" help:"PostgreSQL pool size (at least --workers)." default:"5"`
+	// DLQSuffix names the DLQ topic of each source topic: <topic><suffix>.
+	DLQSuffix string `name:"dlq-suffix" help:"DLQ topic of a source topic: <topic><suffix>." default:".dlq"`
+	// DLQStatsInterval is how often the DLQ gauges are refreshed.
+	DLQStatsInterval time.Duration `name:"dlq-stats-interval" help:"How often eventforge_dlq_* gauges are refreshed." default:"15s"`
+	// MetricsAddr serves /metrics when not empty.
+	MetricsAddr string `name:"metrics-addr" help:"Serve Prometheus /metrics on this address (empty: off)."`
 }
 
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:    "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
-		KafkaBrokers:   "127.0.0.1:19092",
-		Name:           fulfillment.Name,
-		Topics:         []string{"eventforge.orders"},
-		MaxBackoff:     5 * time.Second,
-		CommitInterval: time.Second,
-		MaxConns:       4,
+		DatabaseURL:      "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		KafkaBrokers:     "127.0.0.1:19092",
+		Name:             fulfillment.Name,
+		Topics:           []string{"eventforge.orders"},
+		Workers:          4,
+		BatchSize:        100,
+		QueueSize:        1000,
+		MaxAttempts:      5,
+		InitialBackoff:   100 * time.Millisecond,
+		MaxBackoff:       5 * time.Second,
+		AttemptTimeout:   30 * time.Second,
+		CommitInterval:   time.Second,
+		MaxConns:         5,
+		DLQSuffix:        dlq.DefaultSuffix,
+		DLQStatsInterval: 15 * time.Second,
 	}
 }
 
@@ -58,14 +92,26 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" || c.KafkaBrokers == "" {
 		errs = append(errs, errors.New("database-url and kafka-brokers are required"))
 	}
-	if _, err := handlerFor(c.Name); err != nil {
+	if _, err := HandlerFor(c.Name); err != nil {
 		errs = append(errs, err)
 	}
 	if len(c.Topics) == 0 {
 		errs = append(errs, errors.New("at least one topic is required"))
 	}
-	if c.MaxBackoff <= 0 || c.CommitInterval <= 0 || c.MaxConns <= 0 {
-		errs = append(errs, errors.New("max-backoff, commit-interval and max-conns must be positive"))
+	if c.Workers < 1 || c.BatchSize < 1 || c.QueueSize < 1 || c.MaxAttempts < 1 {
+		errs = append(errs, errors.New("workers, batch-size, queue-size and max-attempts must be at least 1"))
+	}
+	if c.InitialBackoff <= 0 || c.MaxBackoff < c.InitialBackoff {
+		errs = append(errs, errors.New("initial-backoff must be positive and at most max-backoff"))
+	}
+	if c.AttemptTimeout <= 0 || c.CommitInterval <= 0 || c.DLQStatsInterval <= 0 {
+		errs = append(errs, errors.New("attempt-timeout, commit-interval and dlq-stats-interval must be positive"))
+	}
+	if c.MaxConns < int32(max(c.Workers, 1)) {
+		errs = append(errs, fmt.Errorf("max-conns %d must be at least workers %d", c.MaxConns, c.Workers))
+	}
+	if c.DLQSuffix == "" {
+		errs = append(errs, errors.New("dlq-suffix must not be empty"))
 	}
 	return errors.Join(errs...)
 }
@@ -78,12 +124,15 @@ func (c Config) GroupID() string {
 	return "eventforge-" + c.Name
 }
 
-func handlerFor(name string) (runtime.Handler, error) {
+// HandlerFor returns the handler of a consumer name.
+func HandlerFor(name string) (runtime.Handler, error) {
 	switch name {
 	case fulfillment.Name:
 		return fulfillment.Handler{}, nil
+	case ledger.Name:
+		return ledger.Handler{}, nil
 	}
-	return nil, fmt.Errorf("unknown consumer %q (known: %s)", name, fulfillment.Name)
+	return nil, fmt.Errorf("unknown consumer %q (known: %s, %s)", name, fulfillment.Name, ledger.Name)
 }
 
 // Run consumes until ctx is cancelled, then commits stored offsets and
@@ -92,7 +141,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid consumer config: %w", err)
 	}
-	handler, _ := handlerFor(cfg.Name)
+	handler, _ := HandlerFor(cfg.Name)
 	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("parsing database-url: %w", err)
@@ -105,12 +154,24 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	defer pool.Close()
 
 	rt := runtime.New(runtime.Options{
-		Name:         cfg.Name,
-		Group:        cfg.GroupID(),
-		Topics:       cfg.Topics,
-		Bootstrap:    cfg.KafkaBrokers,
-		MaxBackoff:   cfg.MaxBackoff,
-		CommitPeriod: cfg.CommitInterval,
+		Name:             cfg.Name,
+		Group:            cfg.GroupID(),
+		Topics:           cfg.Topics,
+		Bootstrap:        cfg.KafkaBrokers,
+		Workers:          cfg.Workers,
+		BatchSize:        cfg.BatchSize,
+		QueueSize:        cfg.QueueSize,
+		MaxAttempts:      cfg.MaxAttempts,
+		InitialBackoff:   cfg.InitialBackoff,
+		MaxBackoff:       cfg.MaxBackoff,
+		AttemptTimeout:   cfg.AttemptTimeout,
+		CommitPeriod:     cfg.CommitInterval,
+		DLQSuffix:        cfg.DLQSuffix,
+		DLQStatsInterval: cfg.DLQStatsInterval,
 	}, pool, handler, logger)
-	return rt.Run(ctx)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return metrics.Serve(gctx, cfg.MetricsAddr, logger, nil) })
+	g.Go(func() error { return rt.Run(gctx) })
+	return g.Wait()
 }

@@ -1,6 +1,7 @@
-// Package fulfillment is the consumer that turns a created order into a
-// shipment: on OrderCreated it moves the order from created to processed and
-// creates its shipment, in the runtime's transaction.
+// Package fulfillment is the consumer that turns orders into shipments: on
+// OrderCreated it moves the order from created to processed and creates its
+// shipment; on OrderCancelled it marks the order cancelled and cancels its
+// shipment. Both run in the runtime's transaction.
 package fulfillment
 
 import (
@@ -9,10 +10,9 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/eventforge/eventforge/consumer/payload"
 	"github.com/eventforge/eventforge/consumer/runtime"
-	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
 // Name is the consumer name: the group is eventforge-fulfillment and the
@@ -20,12 +20,9 @@ import (
 const Name = "fulfillment"
 
 // ErrOrderNotFound means the event names an order that does not exist; the
-// transaction rolls back so no mark is left without an effect.
-var ErrOrderNotFound = errors.New("order not found")
-
-// payloadJSON parses event payloads; unknown fields are ignored so producers
-// can add fields without breaking consumers.
-var payloadJSON = protojson.UnmarshalOptions{DiscardUnknown: true}
+// transaction rolls back so no mark is left without an effect, and the
+// runtime retries the event, then dead-letters it.
+var ErrOrderNotFound = fmt.Errorf("order not found: %w", runtime.ErrNotFound)
 
 // Handler applies order events for fulfillment.
 type Handler struct{}
@@ -33,31 +30,42 @@ type Handler struct{}
 // Apply implements runtime.Handler.
 func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
 	switch ev.Type {
-	case "OrderCreated":
-		var created eventforgev1.OrderCreated
-		if err := payloadJSON.Unmarshal(ev.Payload, &created); err != nil {
-			return fmt.Errorf("%w: OrderCreated payload: %v", runtime.ErrMalformed, err)
-		}
-		if created.GetOrderId() != ev.Key {
-			return fmt.Errorf("%w: payload order_id %q differs from key %q", runtime.ErrMalformed, created.GetOrderId(), ev.Key)
+	case payload.TypeOrderCreated:
+		created, err := payload.Created(ev)
+		if err != nil {
+			return err
 		}
 		return process(ctx, tx, created.GetOrderId())
+	case payload.TypeOrderCancelled:
+		cancelled, err := payload.Cancelled(ev)
+		if err != nil {
+			return err
+		}
+		return cancel(ctx, tx, cancelled.GetOrderId())
 	default:
-		// Events this consumer has no business with are marked and skipped.
-		return nil
+		return payload.Unknown(ev)
 	}
+}
+
+// lockStatus locks the order row and returns its status.
+func lockStatus(ctx context.Context, tx pgx.Tx, orderID string) (string, error) {
+	var status string
+	err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("locking order %s: %w", orderID, err)
+	}
+	return status, nil
 }
 
 // process moves a created order to processed and creates its shipment. An
 // order already past created (e.g. cancelled) gets no shipment.
 func process(ctx context.Context, tx pgx.Tx, orderID string) error {
-	var status string
-	err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
-	}
+	status, err := lockStatus(ctx, tx, orderID)
 	if err != nil {
-		return fmt.Errorf("locking order %s: %w", orderID, err)
+		return err
 	}
 	if status != "created" {
 		return nil
@@ -67,6 +75,25 @@ func process(ctx context.Context, tx pgx.Tx, orderID string) error {
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, orderID); err != nil {
 		return fmt.Errorf("creating shipment for order %s: %w", orderID, err)
+	}
+	return nil
+}
+
+// cancel marks the order cancelled (the order API may have done so already,
+// in the transaction that recorded the event) and cancels its shipment, if
+// it has one.
+func cancel(ctx context.Context, tx pgx.Tx, orderID string) error {
+	status, err := lockStatus(ctx, tx, orderID)
+	if err != nil {
+		return err
+	}
+	if status != "cancelled" {
+		if _, err := tx.Exec(ctx, `UPDATE orders SET status = 'cancelled', updated_at = now() WHERE id = $1`, orderID); err != nil {
+			return fmt.Errorf("marking order %s cancelled: %w", orderID, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE shipments SET cancelled_at = now() WHERE order_id = $1 AND cancelled_at IS NULL`, orderID); err != nil {
+		return fmt.Errorf("cancelling shipment of order %s: %w", orderID, err)
 	}
 	return nil
 }

@@ -1,19 +1,25 @@
 // Package runtime is the consumer runtime shared by every EventForge
-// handler. It owns the Kafka consumer group, the PostgreSQL transaction and
-// the durable (consumer, event_id) mark; a Handler only applies the business
-// change inside that transaction.
+// handler. It owns the Kafka consumer group, the PostgreSQL transaction, the
+// durable (consumer, event_id) mark, retries and the dead-letter queue; a
+// Handler only applies the business change inside the transaction.
 //
 // The contract, per event:
-//  1. one transaction inserts (consumer, event_id) into processed_events with
-//     ON CONFLICT DO NOTHING; if the mark already existed the event is a
-//     duplicate and nothing else happens;
+//  1. one transaction inserts (consumer, event_id) into processed_events;
+//     if the mark already existed the event is a duplicate and nothing else
+//     happens;
 //  2. otherwise the handler applies the business change in the same
 //     transaction; if it fails the transaction rolls back, leaving no mark;
-//  3. only after COMMIT is the Kafka offset stored for commit.
+//  3. only after COMMIT — or after the DLQ acknowledged the record's
+//     dead-letter copy — is the Kafka offset stored; stored offsets are
+//     committed periodically, when partitions are revoked and at shutdown.
 //
-// A crash after step 2's commit and before the offset commit redelivers the
-// event; step 1 turns the redelivery into a no-op. docs/consumer.md is the
-// contract in prose.
+// Partitions are applied in parallel (at most Options.Workers at a time),
+// each strictly in offset order. Up to Options.BatchSize consecutive records
+// of one partition share a transaction; a failed batch is retried record by
+// record, so a poison record is isolated. A record that fails is retried
+// inline with exponential backoff and jitter while only its partition is
+// paused; a permanent failure, or exhausted attempts, sends it to the DLQ
+// topic "<source><suffix>". docs/consumer.md is the contract in prose.
 package runtime
 
 import (
@@ -21,15 +27,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/eventforge/eventforge/internal/failpoint"
+	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 )
 
@@ -41,6 +47,9 @@ const (
 	// FailpointAfterDBCommitBeforeOffset fires after the transaction
 	// committed and before the Kafka offset is stored.
 	FailpointAfterDBCommitBeforeOffset = "consumer.after_db_commit_before_offset"
+	// FailpointAfterDLQAckBeforeOffset fires after the DLQ acknowledged a
+	// dead-letter record and before the source offset is stored.
+	FailpointAfterDLQAckBeforeOffset = "consumer.after_dlq_ack_before_offset"
 )
 
 // Event is one Kafka record as a handler sees it.
@@ -49,6 +58,7 @@ type Event struct {
 	Type      string    // header "type", e.g. "OrderCreated"
 	Key       string    // the aggregate ID (order ID)
 	Payload   []byte
+	Headers   []kafka.Header
 	Topic     string
 	Partition int32
 	Offset    int64
@@ -57,48 +67,121 @@ type Event struct {
 // Handler applies an event's business change inside the runtime's
 // transaction. It must do all its writes through tx, must not commit or roll
 // back, and returns an error to roll everything back (including the mark).
+// It wraps ErrMalformed, ErrUnknownType or ErrInvalid into errors that no
+// retry can fix, and ErrNotFound when the event's subject does not exist.
 type Handler interface {
 	Apply(ctx context.Context, tx pgx.Tx, ev Event) error
 }
 
-// ErrMalformed marks a record that can never be applied (missing or invalid
-// event ID); it is wrapped in the returned error.
-var ErrMalformed = errors.New("malformed record")
+// DB starts transactions; *pgxpool.Pool implements it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
 
-// Options configure a Runtime.
+// Options configure a Runtime. Zero durations and sizes take the defaults
+// noted.
 type Options struct {
-	Name         string        // consumer name, the first half of the mark
-	Group        string        // Kafka consumer group id
-	Topics       []string      // topics to subscribe to
-	Bootstrap    string        // Kafka bootstrap servers
-	MaxBackoff   time.Duration // cap of the retry backoff
-	CommitPeriod time.Duration // how often stored offsets are committed
+	Name             string        // consumer name, the first half of the mark
+	Group            string        // Kafka consumer group id
+	Topics           []string      // topics to subscribe to
+	Bootstrap        string        // Kafka bootstrap servers
+	Workers          int           // partitions applied concurrently (default 4)
+	BatchSize        int           // records of one partition per transaction (default 1)
+	QueueSize        int           // records buffered per partition before its fetching pauses (default 1000)
+	MaxAttempts      int           // attempts before a retryable failure is dead-lettered (default 5)
+	InitialBackoff   time.Duration // first retry wait (default 100ms)
+	MaxBackoff       time.Duration // cap of the retry wait (default 5s)
+	AttemptTimeout   time.Duration // bound of one transaction (default 30s)
+	CommitPeriod     time.Duration // how often stored offsets are committed (default 1s)
+	DLQSuffix        string        // DLQ topic = source topic + suffix (default ".dlq")
+	DLQStatsInterval time.Duration // how often the DLQ gauges are refreshed (default 15s)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 1
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 1000
+	}
+	o.QueueSize = max(o.QueueSize, 2*o.BatchSize)
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	if o.InitialBackoff <= 0 {
+		o.InitialBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = 30 * time.Second
+	}
+	if o.CommitPeriod <= 0 {
+		o.CommitPeriod = time.Second
+	}
+	if o.DLQSuffix == "" {
+		o.DLQSuffix = dlq.DefaultSuffix
+	}
+	if o.DLQStatsInterval <= 0 {
+		o.DLQStatsInterval = 15 * time.Second
+	}
+	return o
 }
 
 // Runtime consumes Topics with a Handler. Create with New, then Run.
 type Runtime struct {
 	opts    Options
-	pool    *pgxpool.Pool
+	db      DB
 	handler Handler
 	logger  *slog.Logger
+
+	slots chan struct{} // bounds concurrently applying partitions
+	dlq   *deadLetterer
+	kc    *kafka.Consumer // set by Run before subscribing
+
+	// Owned by the poll goroutine (Run's loop and the rebalance callback).
+	parts map[partKey]*partition
 }
 
-// New returns a runtime applying events through handler with pool.
-func New(opts Options, pool *pgxpool.Pool, handler Handler, logger *slog.Logger) *Runtime {
-	return &Runtime{opts: opts, pool: pool, handler: handler, logger: logger.With("consumer", opts.Name)}
+// New returns a runtime applying events through handler with db.
+func New(opts Options, db DB, handler Handler, logger *slog.Logger) *Runtime {
+	opts = opts.withDefaults()
+	return &Runtime{
+		opts:    opts,
+		db:      db,
+		handler: handler,
+		logger:  logger.With("consumer", opts.Name),
+		slots:   make(chan struct{}, opts.Workers),
+		parts:   map[partKey]*partition{},
+	}
 }
 
-// Run consumes until ctx is cancelled, then commits the stored offsets and
-// leaves the group.
+// Run consumes until ctx is cancelled, then lets in-flight transactions
+// finish, commits the stored offsets and leaves the group.
 func (r *Runtime) Run(ctx context.Context) error {
+	initMetrics(r.opts.Name)
 	logs := make(chan kafka.LogEvent, 128)
+	defer close(logs)
+	go kafkaconf.BridgeLogs(logs, r.logger)
+
+	d, err := newDeadLetterer(ctx, r.opts, logs, r.logger)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	r.dlq = d
+
 	cfg := kafkaconf.Base(r.opts.Bootstrap, "eventforge-"+r.opts.Name, logs)
 	settings := kafka.ConfigMap{
 		"group.id":                      r.opts.Group,
 		"partition.assignment.strategy": "cooperative-sticky",
 		"auto.offset.reset":             "earliest",
-		// Offsets are stored by the runtime only after the DB commit and
-		// committed periodically, on revoke and on close.
+		// Offsets are stored by the runtime only after the DB commit (or the
+		// DLQ ack) and committed periodically, on revoke and on close.
 		"enable.auto.offset.store": false,
 		"enable.auto.commit":       true,
 		"auto.commit.interval.ms":  int(r.opts.CommitPeriod / time.Millisecond),
@@ -108,74 +191,199 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 	c, err := kafka.NewConsumer(&cfg)
 	if err != nil {
-		close(logs)
 		return fmt.Errorf("creating kafka consumer: %w", err)
 	}
-	go kafkaconf.BridgeLogs(logs, r.logger)
-	defer close(logs)
-
+	r.kc = c
 	if err := c.SubscribeTopics(r.opts.Topics, r.rebalance); err != nil {
 		c.Close()
 		return fmt.Errorf("subscribing to %v: %w", r.opts.Topics, err)
 	}
-	r.logger.Info("consumer started", "group", r.opts.Group, "topics", r.opts.Topics)
+	r.logger.Info("consumer started", "group", r.opts.Group, "topics", r.opts.Topics,
+		"workers", r.opts.Workers, "batch_size", r.opts.BatchSize, "max_attempts", r.opts.MaxAttempts)
+
+	statsCtx, stopStats := context.WithCancel(ctx)
+	var statsDone sync.WaitGroup
+	statsDone.Go(func() { r.dlqStats(statsCtx, logs) })
 
 	runErr := r.loop(ctx, c)
 
+	// Let in-flight transactions finish and store their offsets, then commit.
+	r.stopAll()
 	if _, err := c.Commit(); err != nil && !isNoOffset(err) {
 		r.logger.Warn("committing offsets at shutdown", "err", err)
 	}
 	if err := c.Close(); err != nil {
 		r.logger.Warn("closing kafka consumer", "err", err)
 	}
+	stopStats()
+	statsDone.Wait()
 	r.logger.Info("consumer stopped")
 	return runErr
 }
 
 func (r *Runtime) loop(ctx context.Context, c *kafka.Consumer) error {
+	lagTick := time.NewTicker(time.Second)
+	defer lagTick.Stop()
 	for ctx.Err() == nil {
-		switch e := c.Poll(200).(type) {
+		switch e := c.Poll(100).(type) {
 		case *kafka.Message:
-			if err := r.handle(ctx, e); err != nil {
-				if ctx.Err() != nil {
-					return nil // not stored: redelivered after restart
-				}
-				return err
+			if e.TopicPartition.Error != nil {
+				r.logger.Warn("kafka consume error", "err", e.TopicPartition.Error)
+				continue
 			}
-			if _, err := c.StoreMessage(e); err != nil {
-				return fmt.Errorf("storing offset %d of %s[%d]: %w", e.TopicPartition.Offset, *e.TopicPartition.Topic, e.TopicPartition.Partition, err)
+			if p := r.parts[keyOf(e.TopicPartition)]; p != nil {
+				p.push(e)
 			}
 		case kafka.Error:
 			if e.IsFatal() {
 				return fmt.Errorf("kafka consumer: %w", e)
 			}
 			r.logger.Warn("kafka consumer error", "err", e)
+		case kafka.OffsetsCommitted:
+			if e.Error != nil && !isNoOffset(e.Error) {
+				r.logger.Warn("committing offsets", "err", e.Error)
+			}
+		}
+		r.reconcilePauses(c)
+		select {
+		case <-lagTick.C:
+			r.updateLag(c)
+		default:
 		}
 	}
 	return nil
 }
 
-// rebalance commits what was stored for partitions being revoked, so the
-// next owner starts after the last applied event.
+// reconcilePauses pauses the partitions whose worker is retrying or whose
+// queue is full, and resumes them when that is over. Pausing stops fetching
+// only for that partition; the loop keeps polling, so the group membership
+// (max.poll.interval.ms) never lapses.
+func (r *Runtime) reconcilePauses(c *kafka.Consumer) {
+	for _, p := range r.parts {
+		want := p.wantPause(r.opts.QueueSize)
+		if want == p.paused {
+			continue
+		}
+		tps := []kafka.TopicPartition{p.tp()}
+		var err error
+		if want {
+			err = c.Pause(tps)
+		} else {
+			err = c.Resume(tps)
+		}
+		if err != nil {
+			r.logger.Warn("pausing or resuming partition", "topic", p.topic, "partition", p.id, "pause", want, "err", err)
+			continue
+		}
+		p.paused = want
+		r.logger.Debug("partition fetch toggled", "topic", p.topic, "partition", p.id, "paused", want)
+	}
+}
+
+// rebalance runs on the poll goroutine. On assignment it starts a worker per
+// partition; on revocation it stops the partitions' workers (an in-flight
+// transaction finishes and stores its offset), then commits the stored
+// offsets, so the next owner starts right after the last finished record.
+// A lost assignment commits nothing: another member may own the partitions.
 func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
+		if err := c.IncrementalAssign(e.Partitions); err != nil {
+			return fmt.Errorf("assigning partitions: %w", err)
+		}
+		// librdkafka keeps a partition paused across reassignment.
+		_ = c.Resume(e.Partitions)
+		committed, err := c.Committed(e.Partitions, 5000)
+		if err != nil {
+			r.logger.Debug("reading committed offsets", "err", err)
+		}
+		for _, tp := range e.Partitions {
+			p := newPartition(tp)
+			for _, ctp := range committed {
+				if keyOf(ctp) == keyOf(tp) && ctp.Offset >= 0 {
+					p.next.Store(int64(ctp.Offset))
+				}
+			}
+			r.parts[keyOf(tp)] = p
+			go r.work(p)
+		}
 		r.logger.Info("partitions assigned", "partitions", partitionList(e.Partitions))
 	case kafka.RevokedPartitions:
-		r.logger.Info("partitions revoked", "partitions", partitionList(e.Partitions), "lost", c.AssignmentLost())
-		if !c.AssignmentLost() {
+		lost := c.AssignmentLost()
+		r.logger.Info("partitions revoked", "partitions", partitionList(e.Partitions), "lost", lost)
+		for _, tp := range e.Partitions {
+			if p := r.parts[keyOf(tp)]; p != nil {
+				p.stop()
+			}
+		}
+		for _, tp := range e.Partitions {
+			if p := r.parts[keyOf(tp)]; p != nil {
+				<-p.done
+				delete(r.parts, keyOf(tp))
+				lagGauge.DeleteLabelValues(r.opts.Name, strconv.Itoa(int(tp.Partition)))
+			}
+		}
+		if !lost {
 			if _, err := c.Commit(); err != nil && !isNoOffset(err) {
 				r.logger.Warn("committing offsets on revoke", "err", err)
 			}
 		}
+		if err := c.IncrementalUnassign(e.Partitions); err != nil {
+			return fmt.Errorf("unassigning partitions: %w", err)
+		}
 	}
 	return nil
 }
 
-func partitionList(tps []kafka.TopicPartition) []int32 {
-	out := make([]int32, 0, len(tps))
+// stopAll stops every worker and waits for them.
+func (r *Runtime) stopAll() {
+	for _, p := range r.parts {
+		p.stop()
+	}
+	for k, p := range r.parts {
+		<-p.done
+		delete(r.parts, k)
+		lagGauge.DeleteLabelValues(r.opts.Name, strconv.Itoa(int(p.id)))
+	}
+}
+
+// updateLag sets eventforge_consumer_lag from the cached high watermarks.
+func (r *Runtime) updateLag(c *kafka.Consumer) {
+	lag := map[int32]int64{}
+	for _, p := range r.parts {
+		low, high, err := c.GetWatermarkOffsets(p.topic, p.id)
+		if err != nil || high < 0 {
+			continue
+		}
+		next := p.next.Load()
+		if next < 0 {
+			next = max(low, 0)
+		}
+		lag[p.id] += max(high-next, 0)
+	}
+	for id, l := range lag {
+		lagGauge.WithLabelValues(r.opts.Name, strconv.Itoa(int(id))).Set(float64(l))
+	}
+}
+
+type partKey struct {
+	topic string
+	id    int32
+}
+
+func keyOf(tp kafka.TopicPartition) partKey {
+	k := partKey{id: tp.Partition}
+	if tp.Topic != nil {
+		k.topic = *tp.Topic
+	}
+	return k
+}
+
+func partitionList(tps []kafka.TopicPartition) []string {
+	out := make([]string, 0, len(tps))
 	for _, tp := range tps {
-		out = append(out, tp.Partition)
+		k := keyOf(tp)
+		out = append(out, k.topic+"["+strconv.Itoa(int(k.id))+"]")
 	}
 	return out
 }
@@ -183,90 +391,4 @@ func partitionList(tps []kafka.TopicPartition) []int32 {
 func isNoOffset(err error) bool {
 	var kerr kafka.Error
 	return errors.As(err, &kerr) && kerr.Code() == kafka.ErrNoOffset
-}
-
-// handle applies one record, retrying with capped exponential backoff and
-// jitter until it is applied or found to be a duplicate. It returns only when
-// the record's transaction committed or ctx ended.
-func (r *Runtime) handle(ctx context.Context, m *kafka.Message) error {
-	ev, err := toEvent(m)
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		if err == nil {
-			var applied bool
-			applied, err = r.apply(ctx, ev)
-			if err == nil {
-				r.logger.Debug("event handled", "event_id", ev.ID, "partition", ev.Partition, "offset", ev.Offset, "applied", applied)
-				return nil
-			}
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		r.logger.Warn("event not applied; retrying", "err", err, "topic", *m.TopicPartition.Topic,
-			"partition", m.TopicPartition.Partition, "offset", m.TopicPartition.Offset, "attempt", attempt, "backoff", wait)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		backoff = min(backoff*2, r.opts.MaxBackoff)
-		if errors.Is(err, ErrMalformed) {
-			ev, err = toEvent(m)
-		}
-	}
-}
-
-// apply runs the mark and the handler in one transaction. applied is false
-// for a duplicate.
-func (r *Runtime) apply(ctx context.Context, ev Event) (applied bool, err error) {
-	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		var processedAt time.Time
-		err := tx.QueryRow(ctx, `INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2)
-			ON CONFLICT DO NOTHING RETURNING processed_at`, r.opts.Name, ev.ID).Scan(&processedAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // duplicate: the mark exists, the effect happened once
-		}
-		if err != nil {
-			return fmt.Errorf("marking event %s: %w", ev.ID, err)
-		}
-		if err := r.handler.Apply(ctx, tx, ev); err != nil {
-			return fmt.Errorf("applying event %s (%s): %w", ev.ID, ev.Type, err)
-		}
-		applied = true
-		return failpoint.Eval(ctx, FailpointBeforeDBCommit)
-	})
-	if err != nil {
-		return false, err
-	}
-	if err := failpoint.Eval(ctx, FailpointAfterDBCommitBeforeOffset); err != nil {
-		return applied, err
-	}
-	return applied, nil
-}
-
-func toEvent(m *kafka.Message) (Event, error) {
-	ev := Event{
-		Key:       string(m.Key),
-		Payload:   m.Value,
-		Topic:     *m.TopicPartition.Topic,
-		Partition: m.TopicPartition.Partition,
-		Offset:    int64(m.TopicPartition.Offset),
-	}
-	var rawID string
-	for _, h := range m.Headers {
-		switch h.Key {
-		case "id":
-			rawID = string(h.Value)
-		case "type":
-			ev.Type = string(h.Value)
-		}
-	}
-	id, err := uuid.Parse(rawID)
-	if err != nil {
-		return ev, fmt.Errorf("%w: header id %q is not a UUID", ErrMalformed, rawID)
-	}
-	ev.ID = id
-	return ev, nil
 }

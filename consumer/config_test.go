@@ -1,0 +1,53 @@
+package consumer
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr string
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"ledger", func(c *Config) { c.Name = "ledger" }, ""},
+		{"unknown name", func(c *Config) { c.Name = "billing" }, "unknown consumer"},
+		{"no topics", func(c *Config) { c.Topics = nil }, "topic"},
+		{"zero batch", func(c *Config) { c.BatchSize = 0 }, "batch-size"},
+		{"zero attempts", func(c *Config) { c.MaxAttempts = 0 }, "max-attempts"},
+		{"backoff order", func(c *Config) { c.InitialBackoff = time.Minute }, "initial-backoff"},
+		{"pool smaller than workers", func(c *Config) { c.Workers, c.MaxConns = 8, 4 }, "max-conns"},
+		{"empty dlq suffix", func(c *Config) { c.DLQSuffix = "" }, "dlq-suffix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestGroupID(t *testing.T) {
+	c := DefaultConfig()
+	c.Name = "ledger"
+	if got := c.GroupID(); got != "eventforge-ledger" {
+		t.Fatalf("GroupID = %q", got)
+	}
+	c.Group = "custom"
+	if got := c.GroupID(); got != "custom" {
+		t.Fatalf("GroupID = %q", got)
+	}
+}

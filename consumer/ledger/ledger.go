@@ -1,0 +1,89 @@
+// Package ledger is the consumer that keeps per-customer order counts and
+// totals in the table ledger: OrderCreated adds one order and its total,
+// OrderCancelled adds one cancellation and the order's total. The counters
+// are plain increments, so an event applied twice would visibly double.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/consumer/payload"
+	"github.com/eventforge/eventforge/consumer/runtime"
+)
+
+// Name is the consumer name: the group is eventforge-ledger and the marks
+// are (ledger, event_id).
+const Name = "ledger"
+
+// ErrOrderNotFound means the event names an order that does not exist; the
+// transaction rolls back, and the runtime retries, then dead-letters it.
+var ErrOrderNotFound = fmt.Errorf("order not found: %w", runtime.ErrNotFound)
+
+// Handler applies order events to the ledger.
+type Handler struct{}
+
+// Apply implements runtime.Handler.
+func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
+	switch ev.Type {
+	case payload.TypeOrderCreated:
+		created, err := payload.Created(ev)
+		if err != nil {
+			return err
+		}
+		customer, currency, total, err := order(ctx, tx, created.GetOrderId())
+		if err != nil {
+			return err
+		}
+		if customer != created.GetCustomerId() || currency != created.GetCurrency() || total != created.GetTotalCents() {
+			return fmt.Errorf("%w: event says customer %q, %d %s; order %s has customer %q, %d %s", runtime.ErrInvalid,
+				created.GetCustomerId(), created.GetTotalCents(), created.GetCurrency(), created.GetOrderId(), customer, total, currency)
+		}
+		return add(ctx, tx, addOrderSQL, customer, currency, total)
+	case payload.TypeOrderCancelled:
+		cancelled, err := payload.Cancelled(ev)
+		if err != nil {
+			return err
+		}
+		customer, currency, total, err := order(ctx, tx, cancelled.GetOrderId())
+		if err != nil {
+			return err
+		}
+		return add(ctx, tx, addCancellationSQL, customer, currency, total)
+	default:
+		return payload.Unknown(ev)
+	}
+}
+
+// order reads the customer, currency and total of an order.
+func order(ctx context.Context, tx pgx.Tx, orderID string) (customer, currency string, total int64, err error) {
+	err = tx.QueryRow(ctx, `SELECT customer_id, currency, total_cents FROM orders WHERE id = $1`, orderID).Scan(&customer, &currency, &total)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", 0, fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
+	}
+	if err != nil {
+		return "", "", 0, fmt.Errorf("reading order %s: %w", orderID, err)
+	}
+	return customer, currency, total, nil
+}
+
+// Upserts of a customer's ledger row: one more order (or cancellation) and
+// its total.
+const (
+	addOrderSQL = `INSERT INTO ledger (customer_id, currency, order_count, total_cents) VALUES ($1, $2, 1, $3)
+		ON CONFLICT (customer_id, currency) DO UPDATE SET
+			order_count = ledger.order_count + 1, total_cents = ledger.total_cents + EXCLUDED.total_cents, updated_at = now()`
+	addCancellationSQL = `INSERT INTO ledger (customer_id, currency, cancelled_count, cancelled_cents) VALUES ($1, $2, 1, $3)
+		ON CONFLICT (customer_id, currency) DO UPDATE SET
+			cancelled_count = ledger.cancelled_count + 1, cancelled_cents = ledger.cancelled_cents + EXCLUDED.cancelled_cents, updated_at = now()`
+)
+
+func add(ctx context.Context, tx pgx.Tx, upsert, customer, currency string, amount int64) error {
+	if _, err := tx.Exec(ctx, upsert, customer, currency, amount); err != nil {
+		return fmt.Errorf("updating ledger of %s/%s: %w", customer, currency, err)
+	}
+	return nil
+}

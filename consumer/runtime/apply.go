@@ -1,0 +1,146 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/internal/failpoint"
+)
+
+// markSQL inserts the (consumer, event_id) marks of a transaction in one
+// statement and says, per event ID, whether the mark is new (true) or
+// already existed when the statement started (false). An ID in neither set
+// was marked by a concurrent transaction that committed while this insert
+// waited for it: an idempotency conflict, which is a duplicate too.
+//
+// Marks are inserted in event ID order, so concurrent batches with
+// overlapping IDs lock them in the same order and cannot deadlock on them.
+const markSQL = `WITH ids AS (
+	SELECT DISTINCT unnest($2::uuid[]) AS event_id
+), existing AS (
+	SELECT p.event_id FROM processed_events p JOIN ids USING (event_id) WHERE p.consumer = $1
+), ins AS (
+	INSERT INTO processed_events (consumer, event_id)
+	SELECT $1, event_id FROM ids WHERE event_id NOT IN (SELECT event_id FROM existing)
+	ORDER BY event_id
+	ON CONFLICT DO NOTHING
+	RETURNING event_id
+)
+SELECT event_id, true FROM ins
+UNION ALL
+SELECT event_id, false FROM existing`
+
+// outcome is what one transaction did with its events.
+type outcome struct {
+	applied    int // events whose mark was new: the handler applied them
+	duplicates int // events whose mark existed (or appeared concurrently)
+	conflicts  int // of duplicates: marked by a concurrent transaction
+}
+
+// apply runs one transaction over evs, in order: the marks, then the
+// handler for every event whose mark is new (once per event ID, so an event
+// delivered twice within one batch is applied once). Any error rolls back
+// everything: no mark without its effect. The failpoints
+// consumer.before_db_commit and consumer.after_db_commit_before_offset
+// fire around the COMMIT of a transaction that applied something.
+func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.AttemptTimeout)
+	defer cancel()
+	ids := make([]uuid.UUID, len(evs))
+	for i, ev := range evs {
+		ids[i] = ev.ID
+	}
+	var out outcome
+	start := time.Now()
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		out = outcome{}
+		rows, err := tx.Query(ctx, markSQL, r.opts.Name, ids)
+		if err != nil {
+			return fmt.Errorf("marking %d events: %w", len(ids), err)
+		}
+		fresh := make(map[uuid.UUID]bool, len(ids))
+		existed := make(map[uuid.UUID]bool)
+		for rows.Next() {
+			var id uuid.UUID
+			var isNew bool
+			if err := rows.Scan(&id, &isNew); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading marks: %w", err)
+			}
+			if isNew {
+				fresh[id] = true
+			} else {
+				existed[id] = true
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("marking %d events: %w", len(ids), err)
+		}
+		for _, ev := range evs {
+			if !fresh[ev.ID] {
+				out.duplicates++
+				if !existed[ev.ID] {
+					out.conflicts++
+					existed[ev.ID] = true // a repeat within the batch is a plain duplicate
+				}
+				continue
+			}
+			delete(fresh, ev.ID) // a second delivery within the batch is a duplicate
+			if err := r.handler.Apply(ctx, tx, ev); err != nil {
+				return fmt.Errorf("applying event %s (%s) at %s[%d]@%d: %w", ev.ID, ev.Type, ev.Topic, ev.Partition, ev.Offset, err)
+			}
+			out.applied++
+		}
+		if out.applied == 0 {
+			return nil
+		}
+		return failpoint.Eval(ctx, FailpointBeforeDBCommit)
+	})
+	if err != nil {
+		return outcome{}, err
+	}
+	applySeconds.WithLabelValues(r.opts.Name).Observe(time.Since(start).Seconds())
+	if out.applied > 0 {
+		if err := failpoint.Eval(ctx, FailpointAfterDBCommitBeforeOffset); err != nil {
+			// Committed but reported as failed: the retry finds the marks and
+			// counts the events as duplicates, which is what a crash here does.
+			return outcome{}, err
+		}
+	}
+	return out, nil
+}
+
+// toEvent reads the envelope of a record. A record without a valid event ID
+// is malformed: it cannot be deduplicated, so it is never applied.
+func toEvent(m *kafka.Message) (Event, error) {
+	ev := Event{
+		Key:       string(m.Key),
+		Payload:   m.Value,
+		Partition: m.TopicPartition.Partition,
+		Offset:    int64(m.TopicPartition.Offset),
+		Headers:   m.Headers,
+	}
+	if m.TopicPartition.Topic != nil {
+		ev.Topic = *m.TopicPartition.Topic
+	}
+	var rawID string
+	for _, h := range m.Headers {
+		switch h.Key {
+		case "id":
+			rawID = string(h.Value)
+		case "type":
+			ev.Type = string(h.Value)
+		}
+	}
+	id, err := uuid.Parse(rawID)
+	if err != nil {
+		return ev, fmt.Errorf("%w: header id %q is not a UUID", ErrMalformed, rawID)
+	}
+	ev.ID = id
+	return ev, nil
+}

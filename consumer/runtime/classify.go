@@ -1,0 +1,126 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sentinels a Handler wraps into its errors so the runtime can classify them.
+var (
+	// ErrMalformed marks a record that can never be applied as it is: a
+	// missing or invalid event ID, or a payload that does not parse. It is
+	// permanent: the record goes to the DLQ at once.
+	ErrMalformed = errors.New("malformed record")
+	// ErrUnknownType marks an event type the handler does not know. It is
+	// permanent.
+	ErrUnknownType = errors.New("unknown event type")
+	// ErrInvalid marks a payload that parses but fails validation (e.g. its
+	// order ID differs from the record key). It is permanent.
+	ErrInvalid = errors.New("invalid event")
+	// ErrNotFound marks an event whose subject (e.g. the order) does not
+	// exist. The transaction rolls back, no mark is left, and the event is
+	// retried until --max-attempts, then dead-lettered.
+	ErrNotFound = errors.New("subject not found")
+)
+
+// Class is how the runtime treats a failed attempt. Its string form is the
+// value of the dlq.error.class header.
+type Class string
+
+// Classes of failure.
+const (
+	// ClassPermanent never succeeds on retry (malformed payload, unknown
+	// type, failed validation, data or integrity errors): dead-lettered at
+	// once.
+	ClassPermanent Class = "permanent"
+	// ClassTransient may succeed on retry (serialization failure, deadlock,
+	// lock or statement timeout, attempt timeout): retried inline until
+	// --max-attempts, then dead-lettered.
+	ClassTransient Class = "transient"
+	// ClassUnavailable means PostgreSQL could not be reached or dropped the
+	// connection. It says nothing about the event, so it is retried inline
+	// without an attempt limit: dead-lettering during an outage would move
+	// healthy events out of order into the DLQ.
+	ClassUnavailable Class = "unavailable"
+	// ClassNotFound means the event's subject does not exist (ErrNotFound):
+	// retried until --max-attempts, then dead-lettered.
+	ClassNotFound Class = "not_found"
+	// ClassUnknown is any other error: retried until --max-attempts, then
+	// dead-lettered.
+	ClassUnknown Class = "unknown"
+)
+
+// Classify returns the class of an attempt's error.
+func Classify(err error) Class {
+	switch {
+	case errors.Is(err, ErrMalformed), errors.Is(err, ErrUnknownType), errors.Is(err, ErrInvalid):
+		return ClassPermanent
+	case errors.Is(err, ErrNotFound):
+		return ClassNotFound
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return ClassTransient
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return classifySQLState(pgErr.Code)
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) {
+		return ClassUnavailable
+	}
+	return ClassUnknown
+}
+
+// classifySQLState maps a PostgreSQL SQLSTATE to a class (see Appendix A of
+// the PostgreSQL manual).
+func classifySQLState(code string) Class {
+	switch code {
+	case "40001", // serialization_failure
+		"40P01", // deadlock_detected
+		"55P03", // lock_not_available (lock_timeout)
+		"57014", // query_canceled (statement_timeout)
+		"23505": // unique_violation: a concurrent insert of the same key; retrying sees it
+		return ClassTransient
+	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+		return ClassUnavailable
+	}
+	switch code[:2] {
+	case "08", "53": // connection exception, insufficient resources
+		return ClassUnavailable
+	case "22", "23": // data exception, integrity constraint violation
+		return ClassPermanent
+	}
+	return ClassUnknown
+}
+
+// retryable reports whether a failure of class c after attempts attempts is
+// retried (true) or dead-lettered (false).
+func retryable(c Class, attempts, maxAttempts int) bool {
+	switch c {
+	case ClassPermanent:
+		return false
+	case ClassUnavailable:
+		return true
+	}
+	return attempts < maxAttempts
+}
+
+// backoff returns the wait before the attempt after attempt (1-based):
+// initial·2^(attempt-1) capped at limit, with "equal jitter" (a uniformly
+// random value between half of that and all of it), so that partitions that
+// failed together do not retry in lockstep.
+func backoff(attempt int, initial, limit time.Duration) time.Duration {
+	d := initial
+	for i := 1; i < attempt && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}

@@ -1,0 +1,63 @@
+package runtime
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Results of eventforge_consumer_events_total: every event a consumer
+// finishes is counted once, under exactly one result.
+const (
+	// ResultApplied: applied at the first attempt.
+	ResultApplied = "applied"
+	// ResultDuplicate: its (consumer, event_id) mark existed; nothing changed.
+	ResultDuplicate = "duplicate"
+	// ResultRetried: applied after at least one failed attempt.
+	ResultRetried = "retried"
+	// ResultDeadLettered: written to the DLQ.
+	ResultDeadLettered = "dead_lettered"
+)
+
+// Metrics on the default registry. Labels never carry order or event IDs.
+var (
+	eventsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_consumer_events_total",
+		Help: "Events finished by a consumer, by result: applied, duplicate, retried (applied after a failed attempt), dead_lettered.",
+	}, []string{"consumer", "result"})
+	conflictsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_consumer_idempotency_conflicts_total",
+		Help: "Duplicates detected while another transaction was applying the same event concurrently (the mark appeared during our insert).",
+	}, []string{"consumer"})
+	retriesTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_consumer_retries_total",
+		Help: "Failed attempts that were retried inline.",
+	}, []string{"consumer"})
+	lagGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_consumer_lag",
+		Help: "Records not yet finished per assigned partition: high watermark minus the offset after the last finished record (summed over topics).",
+	}, []string{"consumer", "partition"})
+	applySeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "eventforge_consumer_apply_seconds",
+		Help:    "Duration of one apply transaction (one event, or one batch), from BEGIN to COMMIT.",
+		Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	}, []string{"consumer"})
+	dlqEvents = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_dlq_events",
+		Help: "Records currently held by a DLQ topic (high minus low watermark, summed over partitions).",
+	}, []string{"topic"})
+	dlqOldestAge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_dlq_oldest_age_seconds",
+		Help: "Age of the oldest record held by a DLQ topic; 0 when it is empty.",
+	}, []string{"topic"})
+)
+
+// initMetrics creates every series of consumer with value 0, so dashboards
+// and alerts see them before the first event.
+func initMetrics(consumer string) {
+	for _, r := range []string{ResultApplied, ResultDuplicate, ResultRetried, ResultDeadLettered} {
+		eventsTotal.WithLabelValues(consumer, r)
+	}
+	conflictsTotal.WithLabelValues(consumer)
+	retriesTotal.WithLabelValues(consumer)
+	applySeconds.WithLabelValues(consumer)
+}

@@ -1,0 +1,183 @@
+package runtime
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/eventforge/eventforge/consumer/dlq"
+	"github.com/eventforge/eventforge/internal/failpoint"
+)
+
+// work applies p's records until p stops.
+func (r *Runtime) work(p *partition) {
+	defer close(p.done)
+	for {
+		batch := p.take(r.opts.BatchSize)
+		if batch == nil {
+			return
+		}
+		select {
+		case r.slots <- struct{}{}:
+		case <-p.ctx.Done():
+			return
+		}
+		ok := r.process(p, batch)
+		<-r.slots
+		if !ok {
+			return
+		}
+	}
+}
+
+// process finishes batch (records of p in offset order) and stores the
+// offset after each finished record. It reports false when p stopped before
+// the batch was finished; the unfinished records are redelivered to the
+// partition's next owner.
+func (r *Runtime) process(p *partition, batch []*kafka.Message) bool {
+	if len(batch) > 1 {
+		done, err := r.processBatch(p, batch)
+		if done {
+			return true
+		}
+		r.logger.Warn("batch not applied; applying its records one by one", "topic", p.topic, "partition", p.id,
+			"first_offset", batch[0].TopicPartition.Offset, "records", len(batch), "err", err)
+	}
+	for _, m := range batch {
+		if !r.processOne(p, m) {
+			return false
+		}
+		r.store(p, m)
+	}
+	return true
+}
+
+// processBatch tries batch in one transaction, once.
+func (r *Runtime) processBatch(p *partition, batch []*kafka.Message) (bool, error) {
+	evs := make([]Event, len(batch))
+	for i, m := range batch {
+		ev, err := toEvent(m)
+		if err != nil {
+			return false, err
+		}
+		evs[i] = ev
+	}
+	out, err := r.apply(p.ctx, evs)
+	if err != nil {
+		return false, err
+	}
+	r.count(ResultApplied, out.applied)
+	r.count(ResultDuplicate, out.duplicates)
+	conflictsTotal.WithLabelValues(r.opts.Name).Add(float64(out.conflicts))
+	r.store(p, batch[len(batch)-1])
+	r.logger.Debug("batch applied", "topic", p.topic, "partition", p.id, "first_offset", batch[0].TopicPartition.Offset,
+		"records", len(batch), "applied", out.applied, "duplicates", out.duplicates)
+	return true, nil
+}
+
+// processOne applies m, retrying inline with backoff while its partition is
+// paused, until it is applied, found to be a duplicate, or dead-lettered.
+// It reports false when p stopped first.
+func (r *Runtime) processOne(p *partition, m *kafka.Message) bool {
+	defer p.retrying.Store(false)
+	ev, envelopeErr := toEvent(m)
+	var first, last time.Time
+	for attempt := 1; ; attempt++ {
+		err := envelopeErr
+		if err == nil {
+			var out outcome
+			out, err = r.apply(p.ctx, []Event{ev})
+			if err == nil {
+				switch {
+				case out.duplicates > 0:
+					r.count(ResultDuplicate, 1)
+					conflictsTotal.WithLabelValues(r.opts.Name).Add(float64(out.conflicts))
+				case attempt > 1:
+					r.count(ResultRetried, 1)
+				default:
+					r.count(ResultApplied, 1)
+				}
+				r.logger.Debug("event handled", "event_id", ev.ID, "type", ev.Type, "order_id", ev.Key, "topic", ev.Topic,
+					"partition", ev.Partition, "offset", ev.Offset, "duplicate", out.duplicates > 0, "attempt", attempt)
+				return true
+			}
+		}
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		last = now
+		class := Classify(err)
+		if !retryable(class, attempt, r.opts.MaxAttempts) {
+			return r.deadLetter(p, m, ev.ID.String(), dlq.Failure{
+				Consumer: r.opts.Name, Class: string(class), Message: err.Error(),
+				Attempts: attempt, FirstFailedAt: first, LastFailedAt: last,
+			})
+		}
+		if p.ctx.Err() != nil {
+			return false
+		}
+		p.retrying.Store(true)
+		retriesTotal.WithLabelValues(r.opts.Name).Inc()
+		wait := backoff(attempt, r.opts.InitialBackoff, r.opts.MaxBackoff)
+		r.logger.Warn("event not applied; retrying", "err", err, "class", string(class), "event_id", ev.ID, "order_id", ev.Key,
+			"topic", ev.Topic, "partition", ev.Partition, "offset", ev.Offset, "attempt", attempt, "backoff", wait)
+		if !p.sleep(wait) {
+			return false
+		}
+	}
+}
+
+// deadLetter writes m's DLQ record and waits for the DLQ's acknowledgement,
+// retrying the write until it succeeds or p stops. Only then may the source
+// offset be stored: a crash in between leaves the source record to be
+// redelivered and dead-lettered again (a duplicate DLQ record, never a lost
+// one).
+func (r *Runtime) deadLetter(p *partition, m *kafka.Message, eventID string, f dlq.Failure) bool {
+	topic := dlq.Topic(p.topic, r.opts.DLQSuffix)
+	rec := dlq.Record(m, topic, f)
+	for attempt := 1; ; attempt++ {
+		err := r.dlq.write(p.ctx, rec)
+		if err == nil {
+			break
+		}
+		if p.ctx.Err() != nil {
+			return false
+		}
+		wait := backoff(attempt, r.opts.InitialBackoff, r.opts.MaxBackoff)
+		r.logger.Error("writing dead-letter record; retrying", "err", err, "dlq_topic", topic, "event_id", eventID,
+			"partition", p.id, "offset", m.TopicPartition.Offset, "backoff", wait)
+		if !p.sleep(wait) {
+			return false
+		}
+	}
+	r.count(ResultDeadLettered, 1)
+	r.logger.Error("event dead-lettered", "event_id", eventID, "order_id", string(m.Key), "topic", p.topic, "partition", p.id,
+		"offset", m.TopicPartition.Offset, "dlq_topic", topic, "class", f.Class, "attempts", f.Attempts, "err", f.Message)
+	if err := failpoint.Eval(p.ctx, FailpointAfterDLQAckBeforeOffset); err != nil {
+		return false
+	}
+	return true
+}
+
+// store records that every record of p up to m is finished; the offset is
+// committed with the next commit. Only the worker of a partition stores its
+// offsets, and revocation waits for that worker, so no offset is stored for
+// a partition this member no longer owns.
+func (r *Runtime) store(p *partition, m *kafka.Message) {
+	next := int64(m.TopicPartition.Offset) + 1
+	tp := p.tp()
+	tp.Offset = kafka.Offset(next)
+	if _, err := r.kc.StoreOffsets([]kafka.TopicPartition{tp}); err != nil {
+		r.logger.Warn("storing offset", "topic", p.topic, "partition", p.id, "offset", next, "err", fmt.Errorf("storing offset: %w", err))
+		return
+	}
+	p.next.Store(next)
+}
+
+func (r *Runtime) count(result string, n int) {
+	if n > 0 {
+		eventsTotal.WithLabelValues(r.opts.Name, result).Add(float64(n))
+	}
+}

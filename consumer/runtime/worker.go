@@ -1,0 +1,110 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// partition is one assigned partition: the records polled for it, in
+// order, and the worker goroutine applying them.
+type partition struct {
+	topic string
+	id    int32
+
+	ctx    context.Context // cancelled on revoke and shutdown
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the worker returned
+
+	mu    sync.Mutex
+	queue []*kafka.Message
+	wake  chan struct{} // capacity 1: records were queued
+
+	retrying atomic.Bool  // a record is failing and being retried
+	next     atomic.Int64 // offset after the last finished record; -1 unknown
+
+	paused bool // fetch paused (poll goroutine only)
+}
+
+func newPartition(tp kafka.TopicPartition) *partition {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := keyOf(tp)
+	p := &partition{topic: k.topic, id: k.id, ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p.next.Store(-1)
+	return p
+}
+
+func (p *partition) tp() kafka.TopicPartition {
+	topic := p.topic
+	return kafka.TopicPartition{Topic: &topic, Partition: p.id}
+}
+
+// push queues a polled record for the worker.
+func (p *partition) push(m *kafka.Message) {
+	p.mu.Lock()
+	p.queue = append(p.queue, m)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wantPause says whether fetching should be paused: while a record is being
+// retried, or while the queue is full (resuming below half full).
+func (p *partition) wantPause(queueSize int) bool {
+	if p.retrying.Load() {
+		return true
+	}
+	p.mu.Lock()
+	n := len(p.queue)
+	p.mu.Unlock()
+	if p.paused {
+		return n > queueSize/2
+	}
+	return n >= queueSize
+}
+
+// take waits for queued records and removes up to n of them, oldest first.
+// It returns nil when the partition is stopped.
+func (p *partition) take(n int) []*kafka.Message {
+	for {
+		p.mu.Lock()
+		if len(p.queue) > 0 {
+			k := min(n, len(p.queue))
+			batch := make([]*kafka.Message, k)
+			copy(batch, p.queue)
+			p.queue = p.queue[k:]
+			if len(p.queue) == 0 {
+				p.queue = nil // release the backing array
+			}
+			p.mu.Unlock()
+			return batch
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.ctx.Done():
+			return nil
+		case <-p.wake:
+		}
+	}
+}
+
+// stop asks the worker to return after the transaction in flight, if any.
+func (p *partition) stop() { p.cancel() }
+
+// sleep waits d or until the partition stops; it reports whether d passed.
+func (p *partition) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -37,6 +37,7 @@ type cli struct {
 	Migrate  migrateCmd  `cmd:"" name:"migrate" help:"Apply database migrations and create the replication slot."`
 	Dev      devCmd      `cmd:"" name:"dev" help:"Start the local stack and run api + cdc + consumer in one process."`
 	Stack    stackCmd    `cmd:"" name:"stack" help:"Manage the local PostgreSQL + Kafka stack."`
+	DLQ      dlqCmd      `cmd:"" name:"dlq" help:"Triage dead-lettered records: list, show, replay, purge."`
 	Slot     slotCmd     `cmd:"" name:"slot" help:"Inspect or drop the CDC replication slot."`
 	Outbox   outboxCmd   `cmd:"" name:"outbox" help:"Operate on the outbox: replay stored events."`
 	Verify   verifyCmd   `cmd:"" name:"verify" help:"Audit durable state: lost events, duplicate effects, ordering."`

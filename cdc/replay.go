@@ -157,7 +157,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, logger *slog.Logger, progress
 		}
 	}()
 
-	page := `SELECT id::text, aggregatetype, aggregateid, type, payload::text, headers::text, created_at::text, created_at
+	page := `SELECT id::text, aggregatetype, aggregateid, type, payload::text, headers::text, created_at::text AS created_text, created_at AS created_ts
 		FROM ` + from + ` WHERE ` + where + ` AND (created_at, id::text) > ($` + fmt.Sprint(len(args)+1) + `, $` + fmt.Sprint(len(args)+2) +
 		`) ORDER BY created_at, id::text LIMIT ` + fmt.Sprint(cfg.PageSize)
 	lastAt, lastID := time.Time{}, ""

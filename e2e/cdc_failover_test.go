@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eventforge/eventforge/internal/testenv"
+)
+
+// TestCDCStandbyTakeover: two readers for one slot under load. Exactly one
+// publishes; when it is SIGKILLed the standby takes over. Nothing is lost,
+// each order's events arrive in commit order in one partition, and at no
+// sample do the readers' eventforge_cdc_active gauges sum to more than 1.
+func TestCDCStandbyTakeover(t *testing.T) {
+	env := testenv.New(t)
+	active, activeMetrics := cdcReader(t, env, "cdc-a", nil)
+	waitMetric(t, activeMetrics, "eventforge_cdc_active", 30*time.Second, "first reader active", func(v float64) bool { return v == 1 })
+	standby, standbyMetrics := cdcReader(t, env, "cdc-b", nil)
+	testenv.Eventually(t, 30*time.Second, "second reader waits as standby", func() error {
+		if !strings.Contains(standby.tail(50), "waiting as standby") {
+			return fmt.Errorf("no standby line in %s", standby.log)
+		}
+		return nil
+	})
+
+	// Sample both gauges, the standby's first: a sample in which both read
+	// 1 means the killed reader was still active after the standby became
+	// active.
+	var (
+		mu         sync.Mutex
+		samples    int
+		violations []string
+		stop       = make(chan struct{})
+		sampled    = make(chan struct{})
+	)
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			b, _ := scrape(standbyMetrics, "eventforge_cdc_active")
+			a, _ := scrape(activeMetrics, "eventforge_cdc_active")
+			mu.Lock()
+			samples++
+			if a+b > 1 {
+				violations = append(violations, fmt.Sprintf("%s: active gauges sum to %v", time.Now().Format(time.RFC3339Nano), a+b))
+			}
+			mu.Unlock()
+		}
+	}()
+
+	l := startLoad(env.Pool, 50, 2*time.Millisecond)
+	waitMetric(t, activeMetrics, "eventforge_cdc_events_published_total", 30*time.Second, "first reader publishing", func(v float64) bool { return v >= 500 })
+
+	if err := active.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := active.waitExit(10 * time.Second); err == nil || !active.killedBySIGKILL() {
+		t.Fatalf("first reader: exit %v, want death by SIGKILL", err)
+	}
+	waitMetric(t, standbyMetrics, "eventforge_cdc_active", time.Minute, "standby took over", func(v float64) bool { return v == 1 })
+	takeover := time.Since(killed)
+	waitMetric(t, standbyMetrics, "eventforge_cdc_events_published_total", 30*time.Second, "standby publishing", func(v float64) bool { return v > 0 })
+	time.Sleep(time.Second)
+	commits, errs := l.stop()
+	close(stop)
+	<-sampled
+
+	started := logTime(t, standby.log, "replication started; this process publishes")
+	if !started.After(killed) {
+		t.Errorf("standby started publishing at %s, before the active reader was killed at %s", started.Format(time.RFC3339Nano), killed.Format(time.RFC3339Nano))
+	}
+	c := waitDelivered(t, env, 2*time.Minute)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	t.Logf("takeover %.2f s after SIGKILL (standby streaming %.2f s after it); %d commits under load (%d errors), %d gauge samples, %d duplicates",
+		takeover.Seconds(), started.Sub(killed).Seconds(), commits, errs, samples, c.Duplicates)
+}
+
+// logTime returns the time of the first JSON log line of path whose msg is
+// msg.
+func logTime(t testing.TB, path, msg string) time.Time {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
+			return line.Time
+		}
+	}
+	t.Fatalf("no %q line in %s", msg, path)
+	return time.Time{}
+}
+
+// TestCDCSurvivesKafkaAndPostgresRestarts runs on a private stack: under
+// load, the Kafka broker is restarted, then PostgreSQL is stopped
+// immediately (crash recovery) and restarted. The reader recovers by itself
+// and every committed event reaches Kafka. While the broker is down the
+// oldest-unpublished age rises; once the reader caught up it falls again.
+func TestCDCSurvivesKafkaAndPostgresRestarts(t *testing.T) {
+	stack := testenv.NewPrivate(t)
+	env := stack.Env(t)
+	reader, metrics := cdcReader(t, env, "cdc", nil, "--max-backoff", "2s")
+	waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active", func(v float64) bool { return v == 1 })
+
+	l := startLoad(env.Pool, 50, 5*time.Millisecond)
+	waitMetric(t, metrics, "eventforge_cdc_events_published_total", 30*time.Second, "publishing", func(v float64) bool { return v >= 100 })
+
+	stack.StopKafka(t)
+	age := waitMetric(t, metrics, "eventforge_cdc_oldest_unpublished_age_seconds", 2*time.Minute, "age rises while Kafka is down", func(v float64) bool { return v >= 3 })
+	t.Logf("oldest unpublished age reached %.1f s with the broker down", age)
+	stack.Start(t)
+	age = waitMetric(t, metrics, "eventforge_cdc_oldest_unpublished_age_seconds", 3*time.Minute, "age falls once caught up", func(v float64) bool { return v < 2 })
+	t.Logf("oldest unpublished age back to %.2f s after the broker restart", age)
+	published, _ := scrape(metrics, "eventforge_cdc_events_published_total")
+
+	stack.StopPostgres(t, true)
+	time.Sleep(time.Second)
+	stack.Start(t)
+	waitMetric(t, metrics, "eventforge_cdc_events_published_total", 3*time.Minute, "publishing after the PostgreSQL restart", func(v float64) bool { return v >= published+100 })
+	commits, errs := l.stop()
+
+	select {
+	case <-reader.exited:
+		t.Fatalf("reader exited: %v", reader.err)
+	default:
+	}
+	c := waitDelivered(t, env, 3*time.Minute)
+	waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active at the end", func(v float64) bool { return v == 1 })
+	t.Logf("%d commits under load (%d failed during the restarts), %d duplicates", commits, errs, c.Duplicates)
+}

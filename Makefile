@@ -79,6 +79,7 @@ test: build openapi-validator ## Run every test on real PostgreSQL + Kafka (star
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	stop_started() { if [ -n "$$started" ]; then echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down; fi; }; \
 	trap stop_started EXIT; \
+	$(MAKE) --no-print-directory promtool; \
 	$(GO) test $(GO_TEST_FLAGS) ./...; \
 	$(MAKE) --no-print-directory bench-smoke
 
@@ -91,6 +92,25 @@ openapi-validator: $(OPENAPI_VALIDATOR)/node_modules/.package-lock.json ## Insta
 
 $(OPENAPI_VALIDATOR)/node_modules/.package-lock.json: $(OPENAPI_VALIDATOR)/package.json $(OPENAPI_VALIDATOR)/package-lock.json
 	npm ci --prefix $(OPENAPI_VALIDATOR) --no-audit --no-fund
+
+##@ Observability
+
+PROMTOOL ?= promtool
+
+# promtool comes with Debian's prometheus package (only the tool is used; no
+# server is started here).
+.PHONY: promtool
+promtool: ## Check deploy/prometheus config and alert rules and run the alert unit tests (installs promtool if missing)
+	@command -v $(PROMTOOL) >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing promtool (Debian package prometheus)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		else \
+			echo >&2 "promtool is missing: run 'sudo apt-get install --no-install-recommends prometheus' (Debian/Ubuntu)"; exit 1; \
+		fi; }
+	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
+	$(PROMTOOL) check rules deploy/prometheus/rules/*.yml
+	$(PROMTOOL) test rules deploy/prometheus/tests/*.yml
 
 ##@ Benchmarks
 

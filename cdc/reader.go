@@ -204,7 +204,8 @@ func (r *reader) lead(ctx context.Context, ctl *control) error {
 			return nil
 		}
 		var perm errPermanent
-		if errors.As(err, &perm) {
+		if errors.As(err, &perm) || errors.Is(err, errSlotMissing) {
+			// A missing slot is recreated by the next control connection.
 			return err
 		}
 		var wait time.Duration
@@ -327,6 +328,9 @@ func (r *reader) prune(ctx context.Context, ctl *control) {
 // errSlotBusy means another process's walsender still holds the slot.
 var errSlotBusy = errors.New("replication slot is held by another process")
 
+// errSlotMissing means the slot disappeared (dropped) after start.
+var errSlotMissing = errors.New("replication slot does not exist")
+
 // isPGCode reports whether err is a PostgreSQL error with the SQLSTATE code.
 func isPGCode(err error, code string) bool {
 	var pgErr *pgconn.PgError
@@ -353,7 +357,10 @@ func readSlot(ctx context.Context, ctl *control, cfg Config) (slotInfo, error) {
 			FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&plugin, &database, ptrLSN{&info.confirmed}, &info.activePID)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return slotInfo{}, permanent("replication slot %q does not exist (and --no-create-slot is set); run `eventforge migrate`", cfg.Slot)
+		if cfg.NoCreateSlot {
+			return slotInfo{}, permanent("replication slot %q does not exist (and --no-create-slot is set); run `eventforge migrate`", cfg.Slot)
+		}
+		return slotInfo{}, fmt.Errorf("%w: %s", errSlotMissing, cfg.Slot)
 	}
 	if err != nil {
 		return slotInfo{}, fmt.Errorf("reading slot %s: %w", cfg.Slot, err)

@@ -462,12 +462,25 @@ func producerLimits(cfg Config) kafka.ConfigMap {
 	}
 }
 
+// producer is what a session needs from the Kafka publisher
+// (*publish.Publisher).
+type producer interface {
+	// Publish hands ev to Kafka; the outcome arrives at the session's
+	// delivery callback with opaque.
+	Publish(ctx context.Context, ev *decode.Event, opaque any) error
+	// Fatal reports a fatal producer error.
+	Fatal() <-chan error
+	// Close flushes for up to timeout, closes, and returns how many records
+	// were left undelivered.
+	Close(timeout time.Duration) int
+}
+
 // session is one replication connection plus one producer. Any error ends
 // it; the next session resumes from the slot's confirmed position.
 type session struct {
 	*reader
 	conn    *pgconn.PgConn
-	pub     *publish.Publisher
+	pub     producer
 	tracker *checkpoint.Tracker
 	decoder *decode.Decoder
 	curTx   *checkpoint.Tx
@@ -661,6 +674,11 @@ func (s *session) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 	if err != nil {
 		return fmt.Errorf("decoding pgoutput message at %s: %w", xld.WALStart, err)
 	}
+	return s.handle(ctx, msg, xld.WALStart)
+}
+
+// handle applies one decoded pgoutput message received at walStart.
+func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pglogrepl.LSN) error {
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessage:
 		if err := s.decoder.Relation(m); err != nil {
@@ -671,13 +689,13 @@ func (s *session) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 	case *pglogrepl.InsertMessage:
 		ev, ok, err := s.decoder.Insert(m)
 		if err != nil {
-			return fmt.Errorf("decoding outbox insert at %s: %w", xld.WALStart, err)
+			return fmt.Errorf("decoding outbox insert at %s: %w", walStart, err)
 		}
 		if !ok {
 			return nil
 		}
 		if s.curTx == nil {
-			return fmt.Errorf("insert at %s outside a transaction", xld.WALStart)
+			return fmt.Errorf("insert at %s outside a transaction", walStart)
 		}
 		size := ev.Size() + recordOverhead
 		s.tracker.Add(s.curTx, size)

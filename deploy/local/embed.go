@@ -9,5 +9,5 @@ import "embed"
 // pg_hba.conf. server.properties and postgresql.conf are Go text/template
 // sources; the others are used verbatim.
 //
-//go:embed pom.xml server.properties log4j2.xml postgresql.conf pg_hba.conf
+//go:embed pom.xml server.properties cluster-server.properties log4j2.xml postgresql.conf pg_hba.conf
 var Files embed.FS

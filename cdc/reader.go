@@ -577,6 +577,8 @@ func (s *session) full() bool {
 // (returns nil) or the session fails.
 func (s *session) loop(ctx context.Context) error {
 	nextStatus := time.Now().Add(s.cfg.StatusInterval)
+	var rd receiveDeadline
+	defer rd.stop()
 	for {
 		select {
 		case err := <-s.failed:
@@ -616,9 +618,7 @@ func (s *session) loop(ctx context.Context) error {
 			continue
 		}
 
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
-		raw, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		raw, err := s.conn.ReceiveMessage(rd.until(ctx, nextStatus))
 		if err != nil {
 			if pgconn.Timeout(err) || ctx.Err() != nil {
 				continue
@@ -640,6 +640,30 @@ func (s *session) loop(ctx context.Context) error {
 		default:
 			s.logger.Debug("unexpected replication message", "type", fmt.Sprintf("%T", raw))
 		}
+	}
+}
+
+// receiveDeadline keeps one deadline context per status period, so that
+// receiving a message does not cost a new context and timer each time.
+type receiveDeadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	at     time.Time
+}
+
+// until returns a context of parent that ends at t.
+func (d *receiveDeadline) until(parent context.Context, t time.Time) context.Context {
+	if d.ctx == nil || !d.at.Equal(t) {
+		d.stop()
+		d.ctx, d.cancel = context.WithDeadline(parent, t)
+		d.at = t
+	}
+	return d.ctx
+}
+
+func (d *receiveDeadline) stop() {
+	if d.cancel != nil {
+		d.cancel()
 	}
 }
 

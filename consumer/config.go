@@ -52,6 +52,9 @@ type Config struct {
 	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between attempts at one record." default:"5s"`
 	// AttemptTimeout bounds one apply transaction.
 	AttemptTimeout time.Duration `name:"attempt-timeout" help:"Longest one apply transaction may take." default:"30s"`
+	// SessionTimeout is how long the group waits for a member that stopped
+	// heart-beating (e.g. was killed) before giving its partitions to others.
+	SessionTimeout time.Duration `name:"session-timeout" help:"Group session timeout: how soon a dead member's partitions move to others." default:"45s"`
 	// CommitInterval is how often stored offsets are committed (also on
 	// revoke and shutdown).
 	CommitInterval time.Duration `name:"commit-interval" help:"How often stored offsets are committed." default:"1s"`
@@ -79,6 +82,7 @@ func DefaultConfig() Config {
 		InitialBackoff:   100 * time.Millisecond,
 		MaxBackoff:       5 * time.Second,
 		AttemptTimeout:   30 * time.Second,
+		SessionTimeout:   45 * time.Second,
 		CommitInterval:   time.Second,
 		MaxConns:         5,
 		DLQSuffix:        dlq.DefaultSuffix,
@@ -104,8 +108,8 @@ func (c Config) Validate() error {
 	if c.InitialBackoff <= 0 || c.MaxBackoff < c.InitialBackoff {
 		errs = append(errs, errors.New("initial-backoff must be positive and at most max-backoff"))
 	}
-	if c.AttemptTimeout <= 0 || c.CommitInterval <= 0 || c.DLQStatsInterval <= 0 {
-		errs = append(errs, errors.New("attempt-timeout, commit-interval and dlq-stats-interval must be positive"))
+	if c.AttemptTimeout <= 0 || c.CommitInterval <= 0 || c.DLQStatsInterval <= 0 || c.SessionTimeout <= 0 {
+		errs = append(errs, errors.New("attempt-timeout, session-timeout, commit-interval and dlq-stats-interval must be positive"))
 	}
 	if c.MaxConns < int32(max(c.Workers, 1)) {
 		errs = append(errs, fmt.Errorf("max-conns %d must be at least workers %d", c.MaxConns, c.Workers))
@@ -166,6 +170,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		MaxBackoff:       cfg.MaxBackoff,
 		AttemptTimeout:   cfg.AttemptTimeout,
 		CommitPeriod:     cfg.CommitInterval,
+		SessionTimeout:   cfg.SessionTimeout,
 		DLQSuffix:        cfg.DLQSuffix,
 		DLQStatsInterval: cfg.DLQStatsInterval,
 	}, pool, handler, logger)

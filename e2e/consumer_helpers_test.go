@@ -36,7 +36,7 @@ func consumerProc(t testing.TB, pl *pipeline, proc, name, group string, env []st
 	args := append([]string{"consumer",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--name", name, "--group", group, "--topics", pl.env.Topic,
-		"--commit-interval", "200ms", "--dlq-stats-interval", "500ms", "--metrics-addr", addr,
+		"--commit-interval", "200ms", "--session-timeout", "6s", "--dlq-stats-interval", "500ms", "--metrics-addr", addr,
 		"--initial-backoff", "20ms", "--max-backoff", "200ms", "--log-level", "info"}, extra...)
 	return start(t, proc, env, args...), addr
 }
@@ -349,7 +349,7 @@ func fulfillmentStates(t testing.TB, pl *pipeline) map[string]fulfillmentState {
 
 // ledgerRow is one customer's ledger.
 type ledgerRow struct {
-	orders, cancelled           int64
+	orders, cancelled          int64
 	totalCents, cancelledCents int64
 }
 

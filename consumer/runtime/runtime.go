@@ -93,6 +93,7 @@ type Options struct {
 	MaxBackoff       time.Duration // cap of the retry wait (default 5s)
 	AttemptTimeout   time.Duration // bound of one transaction (default 30s)
 	CommitPeriod     time.Duration // how often stored offsets are committed (default 1s)
+	SessionTimeout   time.Duration // group session timeout (default 45s)
 	DLQSuffix        string        // DLQ topic = source topic + suffix (default ".dlq")
 	DLQStatsInterval time.Duration // how often the DLQ gauges are refreshed (default 15s)
 }
@@ -122,6 +123,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CommitPeriod <= 0 {
 		o.CommitPeriod = time.Second
+	}
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = 45 * time.Second
 	}
 	if o.DLQSuffix == "" {
 		o.DLQSuffix = dlq.DefaultSuffix
@@ -185,6 +189,8 @@ func (r *Runtime) Run(ctx context.Context) error {
 		"enable.auto.offset.store": false,
 		"enable.auto.commit":       true,
 		"auto.commit.interval.ms":  int(r.opts.CommitPeriod / time.Millisecond),
+		"session.timeout.ms":       int(r.opts.SessionTimeout / time.Millisecond),
+		"heartbeat.interval.ms":    int(max(r.opts.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),
 	}
 	for k, v := range settings {
 		cfg[k] = v

@@ -45,7 +45,7 @@ func (c *consumerCmd) Run(env *runEnv) error {
 	env.logger.Info("starting consumer", "database_url", logging.MaskURL(c.DatabaseURL), "kafka_brokers", c.KafkaBrokers,
 		"consumer", c.Name, "group", c.GroupID(), "topics", c.Topics, "workers", c.Workers, "batch_size", c.BatchSize,
 		"queue_size", c.QueueSize, "max_attempts", c.MaxAttempts, "initial_backoff", c.InitialBackoff, "max_backoff", c.MaxBackoff,
-		"attempt_timeout", c.AttemptTimeout, "commit_interval", c.CommitInterval, "max_conns", c.MaxConns,
+		"attempt_timeout", c.AttemptTimeout, "session_timeout", c.SessionTimeout, "commit_interval", c.CommitInterval, "max_conns", c.MaxConns,
 		"dlq_suffix", c.DLQSuffix, "metrics_addr", c.MetricsAddr)
 	return consumer.Run(env.ctx, c.Config, env.logger)
 }

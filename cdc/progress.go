@@ -38,6 +38,14 @@ func (p *progress) detach() {
 	p.tracker = nil
 }
 
+// reset forgets everything: what another leader published meanwhile is
+// unknown to this process.
+func (p *progress) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tracker, p.carry, p.confirmed = nil, time.Time{}, time.Time{}
+}
+
 // fold takes the running tracker's confirmed commit time. p.mu must be held.
 func (p *progress) fold() {
 	if p.tracker == nil {

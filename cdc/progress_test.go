@@ -46,6 +46,18 @@ func TestProgressCarriesUnconfirmedAcrossSessions(t *testing.T) {
 			wantOldest: t0.Add(time.Second), wantConfirmed: t0,
 		},
 		{
+			name: "reset after losing the leadership",
+			run: func(p *progress) {
+				tr := checkpoint.New(0)
+				p.attach(tr)
+				a := tr.Begin(t0)
+				tr.Add(a, 1)
+				tr.Commit(a, 10)
+				p.detach()
+				p.reset()
+			},
+		},
+		{
 			name: "next session confirms the carried transaction",
 			run: func(p *progress) {
 				first := checkpoint.New(0)

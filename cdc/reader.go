@@ -187,6 +187,8 @@ func (r *reader) runControl(ctx context.Context) error {
 	err = r.lead(lctx, ctl)
 	lose(nil)
 	wg.Wait()
+	r.prog.reset()
+	r.m.oldestAge.Set(0)
 	if cause := context.Cause(lctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		return fmt.Errorf("leadership lost: %w", cause)
 	}

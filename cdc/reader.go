@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -144,7 +145,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // a standby, then leads — runs replication sessions — until the control
 // connection fails or ctx ends.
 func (r *reader) runControl(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
+	pcfg, err := pgx.ParseConfig(r.cfg.DatabaseURL)
+	if err != nil {
+		return permanent("parsing database-url: %w", err)
+	}
+	maps.Copy(pcfg.RuntimeParams, deadPeerParams)
+	pcfg.RuntimeParams["application_name"] = "eventforge-cdc-control"
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("connecting to postgres: %w", err)
 	}
@@ -327,6 +334,16 @@ func (r *reader) prune(ctx context.Context, ctl *control) {
 	}
 }
 
+// deadPeerParams make the server probe the reader's connections with TCP
+// keepalives, so that a reader lost with its host or network releases the
+// leadership lock and the slot in about 25 s instead of the kernel default
+// of over two hours.
+var deadPeerParams = map[string]string{
+	"tcp_keepalives_idle":     "10",
+	"tcp_keepalives_interval": "5",
+	"tcp_keepalives_count":    "3",
+}
+
 // errSlotBusy means another process's walsender still holds the slot.
 var errSlotBusy = errors.New("replication slot is held by another process")
 
@@ -416,8 +433,12 @@ func (r *reader) runSession(ctx context.Context, ctl *control) error {
 	if err != nil {
 		return permanent("parsing database-url: %w", err)
 	}
+	maps.Copy(connCfg.RuntimeParams, deadPeerParams)
 	connCfg.RuntimeParams["replication"] = "database"
 	connCfg.RuntimeParams["application_name"] = "eventforge-cdc"
+	// The walsender ends a replication connection that sent no status
+	// update for this long; the reader sends one every status interval.
+	connCfg.RuntimeParams["wal_sender_timeout"] = "30s"
 	rconn, err := pgconn.ConnectConfig(ctx, connCfg)
 	if err != nil {
 		return fmt.Errorf("opening replication connection: %w", err)

@@ -94,7 +94,11 @@ func Setup(ctx context.Context, cfg Config, component string, logger *slog.Logge
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	Install(tp, logger)
-	logger.Info("tracing ready", "otlp_endpoint", cfg.OTLPEndpoint, "exporting", cfg.OTLPEndpoint != "",
+	level := slog.LevelDebug
+	if cfg.OTLPEndpoint != "" {
+		level = slog.LevelInfo
+	}
+	logger.Log(ctx, level, "tracing ready", "otlp_endpoint", cfg.OTLPEndpoint, "exporting", cfg.OTLPEndpoint != "",
 		"trace_sample_ratio", cfg.SampleRatio)
 	return tp.Shutdown, nil
 }

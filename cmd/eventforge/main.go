@@ -15,17 +15,22 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/logging"
+	"github.com/eventforge/eventforge/internal/tracing"
 )
 
 // globals are the flags every command shares.
 type globals struct {
 	LogLevel   string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
 	Failpoints string `name:"failpoints" help:"Arm failpoints, e.g. cdc.after_ack_before_confirm=crash (testing and drills only)."`
+
+	// Tracing is --otlp-endpoint and --trace-sample-ratio.
+	Tracing tracing.Config `embed:""`
 }
 
 type cli struct {
@@ -42,6 +47,7 @@ type cli struct {
 	Outbox   outboxCmd   `cmd:"" name:"outbox" help:"Operate on the outbox: replay stored events."`
 	Verify   verifyCmd   `cmd:"" name:"verify" help:"Audit durable state: lost events, duplicate effects, ordering."`
 	Bench    benchCmd    `cmd:"" name:"bench" help:"Measure throughput, latency and memory on the local stack."`
+	Probe    probeCmd    `cmd:"" name:"probe" help:"Check an HTTP health endpoint (container health checks)."`
 }
 
 // runEnv is what every command's Run receives.
@@ -69,11 +75,21 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	logger = slog.New(tracing.LogHandler(logger.Handler())) // trace_id and span_id on lines logged within a span
 	// dev runs several components and labels each itself.
 	if component := strings.Fields(kctx.Command())[0]; component != "dev" {
 		logger = logger.With("component", component)
 	}
 	slog.SetDefault(logger)
+	shutdownTracing, err := tracing.Setup(context.Background(), c.Tracing, strings.Fields(kctx.Command())[0], logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 
 	if c.Failpoints != "" {
 		if err := failpoint.Arm(c.Failpoints); err != nil {

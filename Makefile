@@ -75,7 +75,7 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
 # database, slot, topic and group) and `make test` stops only a stack it
 # started itself, so it passes beside `make run` and leaves nothing behind.
 .PHONY: test
-test: build openapi-validator ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
+test: build openapi-validator web-deps browser-deps ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	stop_started() { if [ -n "$$started" ]; then echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down; fi; }; \
 	trap stop_started EXIT; \
@@ -133,11 +133,47 @@ generate: $(GENERATE_TOOLS) ## Regenerate Go, gRPC, gateway and OpenAPI code fro
 	$(BUF) generate
 
 .PHONY: generate-check
-generate-check: generate ## Fail if generated code in proto/ differs from what is committed
+generate-check: generate web-check ## Fail if generated code in proto/ (or the console assets) differs from what is committed
 	@git diff --exit-code -- proto || { echo >&2 "proto/: generated code is stale; run 'make generate' and commit the result"; exit 1; }
 	@untracked="$$(git ls-files --others --exclude-standard -- proto)"; \
 	if [ -n "$$untracked" ]; then \
 		echo >&2 "proto/: files not tracked by git:"; echo >&2 "$$untracked"; exit 1; \
+	fi
+
+##@ Console front end (web/ → console/ui, embedded into the binary)
+
+# The built assets are committed (so `go build` works on a fresh clone);
+# `make web-check` rebuilds them with the pinned toolchain of
+# web/package-lock.json and fails if they differ.
+CHROMIUM := /usr/bin/chromium
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	@command -v npm >/dev/null || { echo >&2 "npm is missing: install Node.js (Debian: apt-get install nodejs npm)"; exit 1; }
+	cd web && npm ci --no-audit --no-fund
+	@touch $@
+
+.PHONY: web-deps
+web-deps: ## Install the pinned front-end toolchain (npm ci in web/)
+	@if ! command -v npm >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; fi
+	@$(MAKE) --no-print-directory web/node_modules/.package-lock.json
+
+.PHONY: web
+web: web-deps ## Build the console front end into console/ui
+	cd web && node build.mjs
+
+.PHONY: web-check
+web-check: web ## Fail if console/ui differs from a fresh build of web/
+	@git diff --exit-code -- console/ui || { echo >&2 "console/ui is stale: run 'make web' and commit the result"; exit 1; }
+	@untracked="$$(git ls-files --others --exclude-standard -- console/ui)"; \
+	if [ -n "$$untracked" ]; then echo >&2 "console/ui: files not tracked by git:"; echo >&2 "$$untracked"; exit 1; fi
+
+.PHONY: browser-deps
+browser-deps: ## Install Debian chromium for the browser tests (as root; never downloads a browser)
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else echo >&2 "$(CHROMIUM) is missing: run 'sudo apt-get install chromium'"; exit 1; fi; \
 	fi
 
 ##@ Quality

@@ -7,6 +7,7 @@ import (
 
 	"github.com/eventforge/eventforge/api"
 	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer"
 	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/schema"
@@ -14,12 +15,13 @@ import (
 
 type apiCmd struct {
 	api.Config `embed:""`
+	Console    console.Config `embed:"" group:"Console (/ui/ and /api/ops/)"`
 }
 
 func (c *apiCmd) Run(env *runEnv) error {
 	env.logger.Info("starting api", "database_url", logging.MaskURL(c.DatabaseURL), "grpc_addr", c.GRPCAddr,
 		"http_addr", c.HTTPAddr, "max_conns", c.MaxConns, "shutdown_timeout", c.ShutdownTimeout)
-	return api.Run(env.ctx, c.Config, env.logger)
+	return runAPIWithConsole(env, c.Config, c.Console, nil, nil)
 }
 
 type cdcCmd struct {

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,75 +17,167 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/eventforge/eventforge/api"
-	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/localstack"
-	"github.com/eventforge/eventforge/schema"
 )
 
 type devCmd struct {
 	stackFlags
-	GRPCAddr string `name:"grpc-addr" help:"gRPC listen address." default:"127.0.0.1:9090"`
-	HTTPAddr string `name:"http-addr" help:"HTTP listen address." default:"127.0.0.1:8080"`
+	GRPCAddr     string `name:"grpc-addr" help:"gRPC listen address." default:"127.0.0.1:9090"`
+	HTTPAddr     string `name:"http-addr" help:"HTTP listen address (REST, health, console)." default:"127.0.0.1:8080"`
+	DatabaseURL  string `name:"database-url" help:"Use this PostgreSQL instead of starting the local stack (with --kafka-brokers)."`
+	KafkaBrokers string `name:"kafka-brokers" help:"Use this Kafka instead of starting the local stack (with --database-url)."`
+	Slot         string `name:"slot" help:"Replication slot of the CDC reader." default:"eventforge_outbox"`
+	Topic        string `name:"topic" help:"Topic of the order events." default:"eventforge.orders"`
+	GroupPrefix  string `name:"group-prefix" help:"Consumer groups are <prefix><consumer name>." default:"eventforge-"`
+	OpsToken     string `name:"ops-token" help:"Require this bearer token on the console's ops API."`
 }
 
-// Run starts the local stack, migrates, and runs api, cdc and the
-// fulfillment consumer until interrupted. PostgreSQL and Kafka keep running
-// afterwards (`eventforge stack down` stops them).
+// Run starts the local stack (unless --database-url and --kafka-brokers
+// name one), migrates, runs the api with the console (drills on) in this
+// process, and supervises cdc and every consumer as child processes of the
+// same binary: a child that dies is restarted. PostgreSQL and Kafka keep
+// running afterwards (`eventforge stack down` stops them).
 func (c *devCmd) Run(env *runEnv) error {
-	stackCfg := c.config()
-	if stackCfg.StateDir == "" {
-		stackCfg.StateDir = localstack.DefaultConfig().StateDir
+	external := c.DatabaseURL != "" || c.KafkaBrokers != ""
+	if external && (c.DatabaseURL == "" || c.KafkaBrokers == "") {
+		return errors.New("--database-url and --kafka-brokers go together")
 	}
-	release, err := lockDev(stackCfg.StateDir)
+	lockDir := c.StateDir
+	if lockDir == "" {
+		lockDir = localstack.DefaultConfig().StateDir
+	}
+	if external {
+		sum := sha256.Sum256([]byte(c.DatabaseURL + "\x00" + c.Slot))
+		lockDir = filepath.Join(os.TempDir(), "eventforge-dev-"+hex.EncodeToString(sum[:6]))
+	}
+	release, err := lockDev(lockDir)
 	if err != nil {
 		return err
 	}
 	defer release()
 
-	res, err := localstack.Up(env.ctx, stackCfg, env.logger)
-	if err != nil {
+	dsn, brokers := c.DatabaseURL, c.KafkaBrokers
+	if !external {
+		stackCfg := c.config()
+		stackCfg.StateDir = lockDir
+		res, err := localstack.Up(env.ctx, stackCfg, env.logger)
+		if err != nil {
+			return err
+		}
+		dsn, brokers = res.PostgresDSN, res.KafkaBootstrap
+	}
+	if err := migrate(env, dsn, c.Slot, false); err != nil {
 		return err
 	}
-	if err := migrate(env, res.PostgresDSN, schema.Slot, false); err != nil {
+	binary, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the eventforge binary: %w", err)
+	}
+
+	consCfg := console.DefaultConfig()
+	consCfg.EnableDrills, consCfg.OpsToken, consCfg.KafkaBrokers = true, c.OpsToken, brokers
+	consCfg.Topic, consCfg.Slot = c.Topic, c.Slot
+	consCfg.Consumers, consCfg.MetricsSources = map[string]string{}, map[string]string{}
+
+	sup := newSupervisor(binary, os.Stderr, env.logger.With("component", "supervisor"))
+	// Failpoints given to dev arm each child's first process.
+	initial := os.Getenv(failpoint.EnvVar)
+	addChild := func(name string, args ...string) error {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return err
+		}
+		sup.add(childSpec{name: name, args: args, env: []string{"EVENTFORGE_METRICS_ADDR=" + addr}, initialFailpoints: initial})
+		consCfg.MetricsSources[name] = "http://" + addr + "/metrics"
+		return nil
+	}
+	if err := addChild("cdc", "cdc", "--database-url", dsn, "--kafka-brokers", brokers, "--slot", c.Slot, "--topic", "order="+c.Topic); err != nil {
 		return err
+	}
+	for _, name := range devConsumers() {
+		group := c.GroupPrefix + name
+		consCfg.Consumers[name] = group
+		if err := addChild("consumer-"+name, "consumer", "--database-url", dsn, "--kafka-brokers", brokers,
+			"--name", name, "--group", group, "--topics", c.Topic); err != nil {
+			return err
+		}
 	}
 
 	apiCfg := api.DefaultConfig()
-	apiCfg.DatabaseURL, apiCfg.GRPCAddr, apiCfg.HTTPAddr = res.PostgresDSN, c.GRPCAddr, c.HTTPAddr
-	cdcCfg := cdc.DefaultConfig()
-	cdcCfg.DatabaseURL, cdcCfg.KafkaBrokers = res.PostgresDSN, res.KafkaBootstrap
-	consCfg := consumer.DefaultConfig()
-	consCfg.DatabaseURL, consCfg.KafkaBrokers = res.PostgresDSN, res.KafkaBootstrap
+	apiCfg.DatabaseURL, apiCfg.GRPCAddr, apiCfg.HTTPAddr = dsn, c.GRPCAddr, c.HTTPAddr
 
 	g, ctx := errgroup.WithContext(env.ctx)
 	ready := make(chan api.Addrs, 1)
-	g.Go(func() error { return api.RunNotify(ctx, apiCfg, env.logger.With("component", "api"), ready) })
-	g.Go(func() error { return cdc.Run(ctx, cdcCfg, env.logger.With("component", "cdc")) })
-	g.Go(func() error { return consumer.Run(ctx, consCfg, env.logger.With("component", "consumer")) })
+	g.Go(func() error {
+		return runAPIWithConsole(&runEnv{ctx: ctx, logger: env.logger.With("component", "api")}, apiCfg, consCfg, sup, ready)
+	})
+	g.Go(func() error {
+		sup.run(ctx)
+		return nil
+	})
 	g.Go(func() error {
 		select {
 		case addrs := <-ready:
 			fmt.Printf(`
 EventForge is running.
 
+  Console        http://%[1]s/ui/
   REST gateway   http://%[1]s/v1/orders
   gRPC           %[2]s   (eventforge.v1.OrderService)
   Health         http://%[1]s/healthz   http://%[1]s/readyz
   OpenAPI        http://%[1]s/openapi.json
+  Metrics        http://%[1]s/metrics   %[5]s
   PostgreSQL     %[3]s
-  Kafka          %[4]s   (topic eventforge.orders)
+  Kafka          %[4]s   (topic %[6]s)
 
 Try:
   curl -s -XPOST %[1]s/v1/orders -d '{"customer_id":"c-1","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price_cents":1999}]}'
 
 Press Ctrl-C to stop EventForge; `+"`make stop`"+` stops PostgreSQL and Kafka.
-`, addrs.HTTP, addrs.GRPC, res.PostgresDSN, res.KafkaBootstrap)
+`, addrs.HTTP, addrs.GRPC, dsn, brokers, metricsList(consCfg.MetricsSources), c.Topic)
 		case <-ctx.Done():
 		}
 		return nil
 	})
 	return g.Wait()
+}
+
+// devConsumers lists the consumers dev runs: every handler the consumer
+// package knows.
+func devConsumers() []string {
+	var names []string
+	for _, name := range []string{"fulfillment", "ledger"} {
+		cfg := consumer.DefaultConfig()
+		cfg.Name = name
+		if cfg.Validate() == nil {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func metricsList(sources map[string]string) string {
+	parts := make([]string, 0, len(sources))
+	for _, name := range sortedNames(sources) {
+		parts = append(parts, name+" "+sources[name])
+	}
+	return strings.Join(parts, "   ")
+}
+
+func sortedNames(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // lockDev makes sure one dev process runs per state dir: a second one would

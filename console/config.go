@@ -1,0 +1,80 @@
+// Package console is EventForge's console: the front end served at /ui/
+// (built from web/ and embedded) and the JSON ops API behind it at
+// /api/ops/. The ops API follows one order through the real delivery path,
+// samples the pipeline's health for the operations charts, lists and replays
+// the dead-letter queue, and — only when drills are enabled — runs the
+// failure drills on the real stack. docs/console.md is the contract.
+package console
+
+import (
+	"errors"
+	"time"
+)
+
+// Config configures the console. The zero value is not valid; start from
+// DefaultConfig or from the flags of `eventforge api`.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string (the api's).
+	DatabaseURL string `kong:"-"`
+	// EnableDrills registers the drill endpoints; without it they answer 404.
+	EnableDrills bool `name:"enable-drills" help:"Enable the console's failure drills (they crash and restart components; on in dev)."`
+	// OpsToken, when set, is the bearer token every /api/ops/ request must
+	// carry; requests without it get 401.
+	OpsToken string `name:"ops-token" help:"Require this bearer token on the console's ops API (/api/ops/)."`
+	// KafkaBrokers is the Kafka bootstrap server list.
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers (console: topic, offsets, DLQ)." default:"127.0.0.1:19092"`
+	// Topic is the topic the CDC reader publishes order events to.
+	Topic string `name:"console-topic" help:"Topic of the order events shown by the console." default:"eventforge.orders"`
+	// DLQTopic is the dead-letter topic; empty means <Topic>.dlq.
+	DLQTopic string `name:"console-dlq-topic" help:"Dead-letter topic shown by the console (default <topic>.dlq)."`
+	// Slot is the replication slot of the CDC reader.
+	Slot string `name:"console-slot" help:"Replication slot shown by the console." default:"eventforge_outbox"`
+	// Consumers maps consumer names to their Kafka groups.
+	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"fulfillment=eventforge-fulfillment"`
+	// MetricsSources maps a component name to a Prometheus text endpoint the
+	// console scrapes for the figures only that component knows (replication
+	// lag, oldest unpublished age, publish errors, retries). The console's
+	// own process is always read.
+	MetricsSources map[string]string `name:"console-metrics" help:"component=URL of a /metrics endpoint to chart (repeatable)."`
+	// SampleInterval is how often the operations figures are sampled.
+	SampleInterval time.Duration `name:"console-sample-interval" help:"How often the console samples the operations figures." default:"2s"`
+	// History is how many samples are kept for the charts.
+	History int `name:"console-history" help:"How many samples the console keeps for its charts." default:"900"`
+}
+
+// DefaultConfig returns the configuration the flags default to.
+func DefaultConfig() Config {
+	return Config{
+		DatabaseURL:    "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		KafkaBrokers:   "127.0.0.1:19092",
+		Topic:          "eventforge.orders",
+		Slot:           "eventforge_outbox",
+		Consumers:      map[string]string{"fulfillment": "eventforge-fulfillment"},
+		SampleInterval: 2 * time.Second,
+		History:        900,
+	}
+}
+
+// Validate reports every invalid field at once. DatabaseURL is not checked
+// here: it is the api's and is set after the flags are parsed (New checks
+// it).
+func (c Config) Validate() error {
+	var errs []error
+	if c.KafkaBrokers == "" || c.Topic == "" || c.Slot == "" {
+		errs = append(errs, errors.New("kafka-brokers, console-topic and console-slot are required"))
+	}
+	if len(c.Consumers) == 0 {
+		errs = append(errs, errors.New("at least one console-consumer is required"))
+	}
+	if c.SampleInterval <= 0 || c.History <= 0 {
+		errs = append(errs, errors.New("console-sample-interval and console-history must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) dlqTopic() string {
+	if c.DLQTopic != "" {
+		return c.DLQTopic
+	}
+	return c.Topic + ".dlq"
+}

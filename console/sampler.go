@@ -1,0 +1,319 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/eventforge/eventforge/consumer/dlq"
+)
+
+// Sample is one point of the operations charts. A nil field means the
+// figure was not available at that moment (its source was down or does not
+// export it).
+type Sample struct {
+	// At is the sampling time in Unix milliseconds.
+	At int64 `json:"t"`
+	// SlotLagBytes is the server's WAL position minus the slot's
+	// confirmed_flush_lsn.
+	SlotLagBytes *float64 `json:"slot_lag_bytes"`
+	// RetainedWALBytes is the server's WAL position minus the slot's
+	// restart_lsn: WAL the server keeps for the slot.
+	RetainedWALBytes *float64 `json:"retained_wal_bytes"`
+	// SlotLagSeconds is the CDC reader's replication lag (heartbeat round
+	// trip, eventforge_cdc_replication_lag_seconds).
+	SlotLagSeconds *float64 `json:"slot_lag_seconds"`
+	// OldestUnpublishedSeconds is eventforge_cdc_oldest_unpublished_age_seconds.
+	OldestUnpublishedSeconds *float64 `json:"oldest_unpublished_seconds"`
+	// PublishRate is records per second appended to the topic.
+	PublishRate *float64 `json:"publish_rate"`
+	// PublishErrorsRate is eventforge_cdc_publish_errors_total per second.
+	PublishErrorsRate *float64 `json:"publish_errors_rate"`
+	// ConsumerLag is, per consumer, the end offsets of the topic minus the
+	// group's committed offsets, summed over partitions.
+	ConsumerLag map[string]*float64 `json:"consumer_lag"`
+	// RetriesRate is eventforge_consumer_retries_total per second.
+	RetriesRate *float64 `json:"retries_rate"`
+	// DLQEvents is the number of records in the DLQ topic.
+	DLQEvents *float64 `json:"dlq_events"`
+	// DLQOldestSeconds is the age of the oldest DLQ record.
+	DLQOldestSeconds *float64 `json:"dlq_oldest_seconds"`
+}
+
+// history is a ring of samples.
+type history struct {
+	mu   sync.Mutex
+	max  int
+	data []Sample
+}
+
+func newHistory(maxSamples int) *history { return &history{max: maxSamples} }
+
+func (h *history) add(s Sample) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.data = append(h.data, s)
+	if len(h.data) > h.max {
+		h.data = append(h.data[:0:0], h.data[len(h.data)-h.max:]...)
+	}
+}
+
+// since returns the samples taken after t (Unix ms).
+func (h *history) since(t int64) []Sample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := []Sample{}
+	for _, s := range h.data {
+		if s.At > t {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (c *Console) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	var since int64
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "since must be Unix milliseconds")
+			return
+		}
+		since = n
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"samples": c.samples.since(since), "consumers": sortedKeys(c.cfg.Consumers)})
+}
+
+// sampler turns the console's sources into Samples; counters become rates
+// against the previous sample.
+type sampler struct {
+	c          *Console
+	client     *http.Client
+	prevAt     time.Time
+	prevEnds   *float64
+	prevErrors *float64
+	prevRetry  *float64
+}
+
+func newSampler(c *Console) *sampler {
+	return &sampler{c: c, client: &http.Client{Timeout: time.Second}}
+}
+
+func (s *sampler) sample(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.c.cfg.SampleInterval+5*time.Second)
+	defer cancel()
+	now := time.Now()
+	smp := Sample{At: now.UnixMilli(), ConsumerLag: map[string]*float64{}}
+	dt := now.Sub(s.prevAt).Seconds()
+	first := s.prevAt.IsZero()
+
+	var cur, confirmed, restart *string
+	err := s.c.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
+		(SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1),
+		(SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1)`, s.c.cfg.Slot).Scan(&cur, &confirmed, &restart)
+	if err == nil {
+		smp.SlotLagBytes = lsnDiff(cur, confirmed)
+		smp.RetainedWALBytes = lsnDiff(cur, restart)
+	} else if ctx.Err() == nil {
+		s.c.logger.Debug("sampling slot", "slot", s.c.cfg.Slot, "err", err)
+	}
+
+	ends, err := s.c.kafka.EndOffsets(s.c.cfg.Topic)
+	if err == nil {
+		var total float64
+		parts := make([]int32, 0, len(ends))
+		for p, e := range ends {
+			total += float64(e)
+			parts = append(parts, p)
+		}
+		if !first && s.prevEnds != nil {
+			smp.PublishRate = ptr(math.Max(0, (total-*s.prevEnds)/dt))
+		}
+		s.prevEnds = &total
+		for name, group := range s.c.cfg.Consumers {
+			committed, err := s.c.committed(ctx, group, s.c.cfg.Topic, parts)
+			if err != nil {
+				continue
+			}
+			var lag float64
+			for p, e := range ends {
+				if off, ok := committed[p]; ok {
+					lag += float64(max(0, e-off))
+				} else {
+					lag += float64(e) // nothing committed: everything is behind
+				}
+			}
+			smp.ConsumerLag[name] = ptr(lag)
+		}
+	} else {
+		s.prevEnds = nil
+	}
+
+	s.sampleDLQ(ctx, now, &smp)
+
+	fams := s.scrape(ctx)
+	smp.SlotLagSeconds = gaugeMax(fams, "eventforge_cdc_replication_lag_seconds")
+	smp.OldestUnpublishedSeconds = gaugeMax(fams, "eventforge_cdc_oldest_unpublished_age_seconds")
+	errs := counterSum(fams, "eventforge_cdc_publish_errors_total")
+	retries := counterSum(fams, "eventforge_consumer_retries_total")
+	if !first {
+		smp.PublishErrorsRate = rate(s.prevErrors, errs, dt)
+		smp.RetriesRate = rate(s.prevRetry, retries, dt)
+	}
+	s.prevErrors, s.prevRetry, s.prevAt = errs, retries, now
+	s.c.samples.add(smp)
+}
+
+// sampleDLQ counts the DLQ's records and the age of the oldest one.
+func (s *sampler) sampleDLQ(ctx context.Context, now time.Time, smp *Sample) {
+	topic := s.c.cfg.dlqTopic()
+	exists, err := s.c.kafka.Exists(topic)
+	if err != nil {
+		return
+	}
+	if !exists {
+		smp.DLQEvents = ptr(0.0)
+		return
+	}
+	r, err := dlq.NewReader(s.c.cfg.KafkaBrokers)
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	st, err := dlq.ReadStats(ctx, r, topic)
+	if err != nil {
+		s.c.logger.Debug("sampling dlq", "topic", topic, "err", err)
+		return
+	}
+	smp.DLQEvents = ptr(float64(st.Count))
+	if !st.Oldest.IsZero() {
+		smp.DLQOldestSeconds = ptr(now.Sub(st.Oldest).Seconds())
+	}
+}
+
+// scrape reads this process's registry and every configured /metrics
+// endpoint; unreachable sources are skipped.
+func (s *sampler) scrape(ctx context.Context) []map[string]*dto.MetricFamily {
+	var out []map[string]*dto.MetricFamily
+	if fams, err := prometheus.DefaultGatherer.Gather(); err == nil {
+		m := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			m[f.GetName()] = f
+		}
+		out = append(out, m)
+	}
+	for name, url := range s.c.cfg.MetricsSources {
+		fams, err := s.fetch(ctx, url)
+		if err != nil {
+			s.c.logger.Debug("scraping metrics", "source", name, "url", url, "err", err)
+			continue
+		}
+		out = append(out, fams)
+	}
+	return out
+}
+
+func (s *sampler) fetch(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %s", resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
+}
+
+// gaugeMax is the largest value of a gauge over all sources and label sets.
+func gaugeMax(sources []map[string]*dto.MetricFamily, name string) *float64 {
+	var out *float64
+	for _, fams := range sources {
+		f, ok := fams[name]
+		if !ok {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			v := m.GetGauge().GetValue()
+			if m.GetGauge() == nil {
+				v = m.GetUntyped().GetValue()
+			}
+			if out == nil || v > *out {
+				out = ptr(v)
+			}
+		}
+	}
+	return out
+}
+
+// counterSum is the sum of a counter over all sources and label sets.
+func counterSum(sources []map[string]*dto.MetricFamily, name string) *float64 {
+	var out *float64
+	for _, fams := range sources {
+		f, ok := fams[name]
+		if !ok {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			v := m.GetCounter().GetValue()
+			if m.GetCounter() == nil {
+				v = m.GetUntyped().GetValue()
+			}
+			if out == nil {
+				out = ptr(0.0)
+			}
+			*out += v
+		}
+	}
+	return out
+}
+
+// rate turns two counter readings into a per-second rate. A counter that
+// went down (its process restarted) counts from zero.
+func rate(prev, cur *float64, dt float64) *float64 {
+	if prev == nil || cur == nil || dt <= 0 {
+		return nil
+	}
+	d := *cur - *prev
+	if d < 0 {
+		d = *cur
+	}
+	return ptr(d / dt)
+}
+
+func lsnDiff(a, b *string) *float64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	x, err1 := pglogrepl.ParseLSN(*a)
+	y, err2 := pglogrepl.ParseLSN(*b)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	if x < y {
+		return ptr(0.0)
+	}
+	return ptr(float64(x - y))
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -55,7 +55,11 @@ func (f dlqTopicFlags) read(env *runEnv) ([]dlq.Entry, error) {
 		return nil, err
 	}
 	defer c.Close()
-	return dlq.Read(env.ctx, c, f.Topic)
+	es, err := dlq.Read(env.ctx, c, f.Topic)
+	if errors.Is(err, dlq.ErrNoTopic) {
+		return nil, nil // nothing was ever dead-lettered there
+	}
+	return es, err
 }
 
 type dlqListCmd struct {
@@ -302,7 +306,7 @@ func (c *dlqPurgeCmd) Run(env *runEnv) error {
 	}
 	defer r.Close()
 	plans, err := dlq.PlanPurge(r, c.Topic, c.OlderThan, time.Now())
-	if err != nil {
+	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
 		return err
 	}
 	var total int64

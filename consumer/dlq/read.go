@@ -3,6 +3,7 @@ package dlq
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -26,6 +27,10 @@ func NewReader(bootstrap string) (*kafka.Consumer, error) {
 	return c, nil
 }
 
+// ErrNoTopic means the DLQ topic does not exist: nothing was ever
+// dead-lettered to it (the consumers create it at start).
+var ErrNoTopic = errors.New("topic does not exist")
+
 // watermarks returns the low and high watermark of every partition of topic.
 func watermarks(c *kafka.Consumer, topic string) (map[int32][2]int64, error) {
 	md, err := c.GetMetadata(&topic, false, 10000)
@@ -33,8 +38,11 @@ func watermarks(c *kafka.Consumer, topic string) (map[int32][2]int64, error) {
 		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
 	t, ok := md.Topics[topic]
-	if !ok || t.Error.Code() != kafka.ErrNoError {
-		return nil, fmt.Errorf("metadata of %s: %v", topic, t.Error)
+	if !ok || t.Error.Code() == kafka.ErrUnknownTopicOrPart || t.Error.Code() == kafka.ErrUnknownTopic {
+		return nil, fmt.Errorf("%s: %w", topic, ErrNoTopic)
+	}
+	if t.Error.Code() != kafka.ErrNoError {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, t.Error)
 	}
 	out := make(map[int32][2]int64, len(t.Partitions))
 	for _, p := range t.Partitions {

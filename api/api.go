@@ -31,6 +31,7 @@ import (
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
 	"github.com/eventforge/eventforge/internal/metrics"
+	"github.com/eventforge/eventforge/internal/tracing"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -143,6 +144,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 
 	grpcServer := grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		tracing.GRPCServerOption(),
 		grpc.ChainUnaryInterceptor(logRequests(logger), capDeadline(cfg.RequestTimeout)),
 	)
 	eventforgev1.RegisterOrderServiceServer(grpcServer, rpc.New(st, logger))
@@ -151,7 +153,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	reflection.Register(grpcServer)
 	updateHealth(ctx, st, healthServer)
 
-	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), tracing.GRPCDialOption())
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
@@ -169,7 +171,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", limitBody(gw, MaxRequestBytes, logger))
+	mux.Handle("/v1/", tracing.HTTPHandler(limitBody(gw, MaxRequestBytes, logger), "rest"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))

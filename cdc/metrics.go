@@ -36,6 +36,10 @@ var (
 		Name: "eventforge_cdc_inflight_events",
 		Help: "Events handed to Kafka and not yet acknowledged.",
 	}, []string{"slot"})
+	confirmedLSNBytes = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_cdc_confirmed_lsn_bytes",
+		Help: "The LSN this process last confirmed to the slot, as a byte position; its rate is the confirmed-WAL throughput.",
+	}, []string{"slot"})
 	activeGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_cdc_active",
 		Help: "1 while this process holds the replication slot and publishes, 0 otherwise.",
@@ -44,8 +48,8 @@ var (
 
 // slotMetrics are the reader's metrics bound to one slot label.
 type slotMetrics struct {
-	slotLag, retainedWAL, replicationLag, oldestAge, inflight, active prometheus.Gauge
-	published, errors                                                 prometheus.Counter
+	slotLag, retainedWAL, replicationLag, oldestAge, inflight, active, confirmedLSN prometheus.Gauge
+	published, errors                                                               prometheus.Counter
 }
 
 func newSlotMetrics(slot string) *slotMetrics {
@@ -56,6 +60,7 @@ func newSlotMetrics(slot string) *slotMetrics {
 		oldestAge:      oldestUnpublishedAgeSeconds.WithLabelValues(slot),
 		inflight:       inflightEvents.WithLabelValues(slot),
 		active:         activeGauge.WithLabelValues(slot),
+		confirmedLSN:   confirmedLSNBytes.WithLabelValues(slot),
 		published:      eventsPublished.WithLabelValues(slot),
 		errors:         publishErrors.WithLabelValues(slot),
 	}

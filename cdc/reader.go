@@ -585,6 +585,7 @@ func (s *session) sendStatus(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("confirming lsn %s: %w", confirmed, err)
 	}
+	s.m.confirmedLSN.Set(float64(confirmed))
 	if prev := pglogrepl.LSN(s.sentLSN.Swap(uint64(confirmed))); prev != confirmed {
 		s.logger.Debug("confirmed", "lsn", confirmed.String())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventforge/eventforge/cdc/decode"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
+	"github.com/eventforge/eventforge/internal/tracing"
 )
 
 // DeliveryFunc receives the outcome of one Publish call: err is nil once Kafka
@@ -77,7 +78,7 @@ func (p *Publisher) deliveries(onDelivery DeliveryFunc) {
 	for e := range p.producer.Events() {
 		switch ev := e.(type) {
 		case *kafka.Message:
-			onDelivery(ev.Opaque, ev.TopicPartition.Error)
+			onDelivery(tracing.EndPublish(ev.Opaque, ev.TopicPartition.Error), ev.TopicPartition.Error)
 		case kafka.Error:
 			if ev.IsFatal() {
 				select {
@@ -98,6 +99,7 @@ func (p *Publisher) deliveries(onDelivery DeliveryFunc) {
 func (p *Publisher) Publish(ctx context.Context, ev *decode.Event, opaque any) error {
 	msg := Record(ev, p.router.Topic(ev.AggregateType))
 	msg.Opaque = opaque
+	tracing.StartPublish(ctx, msg) // span until the ack; the record's traceparent names it
 	for {
 		err := p.producer.Produce(msg, nil)
 		var kerr kafka.Error
@@ -105,6 +107,7 @@ func (p *Publisher) Publish(ctx context.Context, ev *decode.Event, opaque any) e
 			return nil
 		}
 		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrQueueFull {
+			tracing.EndPublish(msg.Opaque, err)
 			return fmt.Errorf("producing event %s: %w", ev.ID, err)
 		}
 		select {

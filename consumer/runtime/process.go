@@ -8,6 +8,7 @@ import (
 
 	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/internal/failpoint"
+	"github.com/eventforge/eventforge/internal/tracing"
 )
 
 // work applies p's records until p stops.
@@ -36,6 +37,7 @@ func (r *Runtime) work(p *partition) {
 // the batch was finished; the unfinished records are redelivered to the
 // partition's next owner.
 func (r *Runtime) process(p *partition, batch []*kafka.Message) bool {
+	defer tracing.StartProcessBatch(p.ctx, r.opts.Name, batch)(nil) // one span per record, child of its traceparent
 	if len(batch) > 1 {
 		done, err := r.processBatch(p, batch)
 		if done {

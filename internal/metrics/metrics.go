@@ -22,8 +22,9 @@ func Handler() http.Handler {
 	return promhttp.Handler()
 }
 
-// Serve exposes /metrics on addr until ctx is cancelled. An empty addr
-// disables it. ready, if not nil, receives the bound address.
+// Serve exposes /metrics on addr until ctx is cancelled, with /healthz and
+// /readyz answering 200 while the process serves (the probes of
+// deploy/kubernetes). An empty addr disables it. ready, if not nil, receives the bound address.
 func Serve(ctx context.Context, addr string, logger *slog.Logger, ready chan<- string) error {
 	if addr == "" {
 		return nil
@@ -34,6 +35,12 @@ func Serve(ctx context.Context, addr string, logger *slog.Logger, ready chan<- s
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", Handler())
+	up := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	}
+	mux.HandleFunc("GET /healthz", up)
+	mux.HandleFunc("GET /readyz", up)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	logger.Info("metrics listening", "metrics_addr", lis.Addr().String())
 	if ready != nil {

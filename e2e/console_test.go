@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ const chromiumPath = "/usr/bin/chromium"
 // startDev runs `eventforge dev` on the test's own database, slot, topic and
 // groups of the shared stack: the api with the console (drills on) in the
 // dev process, cdc and the consumers as its supervised children.
-func startDev(t *testing.T, env *testenv.Env, extra ...string) (httpAddr string) {
+func startDev(t *testing.T, env *testenv.Env, extra ...string) (httpAddr string, dev *proc) {
 	t.Helper()
 	httpAddr = freeAddr(t)
 	prefix := strings.TrimSuffix(env.Group, "fulfillment")
@@ -45,7 +46,7 @@ func startDev(t *testing.T, env *testenv.Env, extra ...string) (httpAddr string)
 		return httpReady(httpAddr)
 	})
 	t.Cleanup(func() { deleteTopics(t, env.Endpoints.KafkaBootstrap, env.Topic+".dlq") })
-	return httpAddr
+	return httpAddr, p
 }
 
 func deleteTopics(t *testing.T, bootstrap string, topics ...string) {
@@ -58,6 +59,11 @@ func deleteTopics(t *testing.T, bootstrap string, topics ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, _ = a.DeleteTopics(ctx, topics)
+}
+
+// syscallKill0 reports whether pid exists (signal 0).
+func syscallKill0(pid int) error {
+	return syscall.Kill(pid, 0)
 }
 
 // browserSummary is the last line the browser script prints.
@@ -128,7 +134,7 @@ func runBrowser(t *testing.T, base string) browserSummary {
 // with the delivery auditor, independently of the page.
 func TestConsoleBrowser(t *testing.T) {
 	env := testenv.New(t)
-	addr := startDev(t, env)
+	addr, _ := startDev(t, env)
 	sum := runBrowser(t, addr)
 
 	if len(sum.Foreign) > 0 || sum.Requests == 0 {
@@ -246,5 +252,67 @@ func TestConsoleAccess(t *testing.T) {
 				t.Fatalf("%s %s: %d, want %d", tt.method, tt.url, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestConsoleDevLifecycle: dev prints its URLs (the console's among them),
+// supervises cdc and the consumers as child processes, refuses a second dev
+// on the same database and slot, and stops cleanly on SIGINT, taking its
+// children with it.
+func TestConsoleDevLifecycle(t *testing.T) {
+	env := testenv.New(t)
+	addr, dev := startDev(t, env)
+	testenv.Eventually(t, 30*time.Second, "URLs printed", func() error {
+		b, _ := os.ReadFile(dev.log)
+		if !strings.Contains(string(b), "Console        http://"+addr+"/ui/") {
+			return fmt.Errorf("no console URL in the output yet")
+		}
+		return nil
+	})
+	var overview struct {
+		Components []struct {
+			Name    string `json:"name"`
+			PID     int    `json:"pid"`
+			Running bool   `json:"running"`
+		} `json:"components"`
+	}
+	testenv.Eventually(t, 30*time.Second, "cdc and consumers running", func() error {
+		resp, err := http.Get("http://" + addr + "/api/ops/overview")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&overview); err != nil {
+			return err
+		}
+		running := map[string]bool{}
+		for _, c := range overview.Components {
+			running[c.Name] = c.Running && c.PID > 0
+		}
+		if !running["cdc"] || !running["consumer-fulfillment"] || !running["consumer-ledger"] {
+			return fmt.Errorf("components %+v", overview.Components)
+		}
+		return nil
+	})
+
+	second := start(t, "dev-second", nil, "dev", "--database-url", env.DatabaseURL, "--kafka-brokers", env.Endpoints.KafkaBootstrap,
+		"--slot", env.Slot, "--topic", env.Topic, "--http-addr", freeAddr(t), "--grpc-addr", freeAddr(t))
+	if err := second.waitExit(30 * time.Second); err == nil {
+		t.Fatal("a second dev on the same database and slot started")
+	}
+	if b, _ := os.ReadFile(second.log); !strings.Contains(string(b), "already runs") {
+		t.Fatalf("second dev did not say why it refused:\n%s", b)
+	}
+
+	if err := dev.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.waitExit(60 * time.Second); err != nil {
+		t.Fatalf("dev after SIGINT: %v, want a clean exit", err)
+	}
+	for _, c := range overview.Components {
+		if err := syscallKill0(c.PID); err == nil {
+			t.Errorf("child %s (pid %d) still runs after dev stopped", c.Name, c.PID)
+		}
 	}
 }

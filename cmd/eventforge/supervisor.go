@@ -97,6 +97,9 @@ func (s *supervisor) keep(ctx context.Context, ch *child) {
 			select {
 			case err = <-exited:
 				s.exited(ch, err)
+				if ctx.Err() != nil {
+					return
+				}
 				s.logger.Warn("component exited; restarting", "component", ch.spec.name, "exit", describeExit(err), "backoff", backoff)
 			case failpoints = <-ch.restart:
 				s.stop(cmd, exited)
@@ -138,8 +141,10 @@ func (s *supervisor) start(ch *child, failpoints string) (*exec.Cmd, error) {
 	}
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = s.output, s.output
-	// The child dies with the supervisor, even if the supervisor is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Its own process group: a terminal's Ctrl-C reaches the supervisor
+	// only, which then stops the children in order. The child dies with the
+	// supervisor, even if the supervisor is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", ch.spec.name, err)
 	}

@@ -7,7 +7,7 @@ const STEP_IDS = ["api", "postgres", "slot", "cdc", "kafka", "member", "effect",
 
 // deriveSteps turns a trace (facts from durable state) into the diagram's
 // steps: whether each is done and the facts that prove it.
-export function deriveSteps(tr) {
+export function deriveSteps(tr, t = (k) => k) {
   const has = (x) => x !== null && x !== undefined && x !== "";
   const recs = (tr && tr.records) || [];
   const first = recs[0];
@@ -21,7 +21,7 @@ export function deriveSteps(tr) {
   };
   s.postgres = {
     done: !!(tr && tr.outbox),
-    facts: tr && tr.outbox ? [[["fact.status"], tr.order.status], [["fact.commit_lsn"], tr.commit_lsn, "mono"], [["fact.created_at"], fmtTime(tr.outbox.created_at)]] : [],
+    facts: tr && tr.outbox ? [[["fact.status"], t("state.order." + tr.order.status)], [["fact.commit_lsn"], tr.commit_lsn, "mono"], [["fact.created_at"], fmtTime(tr.outbox.created_at)]] : [],
   };
   s.slot = {
     done: recs.length > 0,
@@ -93,7 +93,7 @@ export function DeliveryPath({ auth }) {
   const [showAll, setShowAll] = useState(false);
   const [settledPolls, setSettledPolls] = useState(0);
 
-  const steps = deriveSteps(trace);
+  const steps = deriveSteps(trace, t);
   const doneCount = steps.filter((s) => s.done).length;
   const allDone = order && doneCount === steps.length;
 

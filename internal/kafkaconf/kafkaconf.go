@@ -12,8 +12,9 @@ import (
 // Base returns the settings every EventForge client uses: the bootstrap
 // servers, a client id, and librdkafka logs delivered to a channel (see
 // BridgeLogs) instead of stderr.
+// The TLS and SASL settings installed by Configure are added.
 func Base(bootstrap, clientID string, logs chan kafka.LogEvent) kafka.ConfigMap {
-	return kafka.ConfigMap{
+	cm := kafka.ConfigMap{
 		"bootstrap.servers":      bootstrap,
 		"client.id":              clientID,
 		"go.logs.channel.enable": true,
@@ -21,6 +22,10 @@ func Base(bootstrap, clientID string, logs chan kafka.LogEvent) kafka.ConfigMap 
 		// Loopback and small clusters: do not wait for IPv6 lookups.
 		"broker.address.family": "v4",
 	}
+	for k, v := range securitySettings() {
+		cm[k] = v
+	}
+	return cm
 }
 
 // BridgeLogs forwards librdkafka log events to logger until logs is closed.

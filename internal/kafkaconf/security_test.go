@@ -1,0 +1,133 @@
+package kafkaconf
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+func TestSecurityValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		s       Security
+		wantErr string
+	}{
+		{"plaintext", Security{Protocol: "plaintext"}, ""},
+		{"tls with system CAs", Security{Protocol: "ssl"}, ""},
+		{"mutual tls", Security{Protocol: "ssl", TLSCA: "ca.pem", TLSCert: "c.pem", TLSKey: "k.pem"}, ""},
+		{"sasl scram over tls", Security{Protocol: "sasl_ssl", SASLMechanism: "SCRAM-SHA-512", SASLUsername: "u", SASLPassword: "p"}, ""},
+		{"cert without key", Security{Protocol: "ssl", TLSCert: "c.pem"}, "go together"},
+		{"tls files on plaintext", Security{Protocol: "plaintext", TLSCA: "ca.pem"}, "need kafka-security-protocol ssl"},
+		{"sasl without password", Security{Protocol: "sasl_plaintext", SASLUsername: "u"}, "needs kafka-sasl-username and kafka-sasl-password"},
+		{"sasl credentials on ssl", Security{Protocol: "ssl", SASLUsername: "u", SASLPassword: "p"}, "need kafka-security-protocol sasl"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.s.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// writeSelfSigned writes a self-signed certificate and its key as PEM.
+func writeSelfSigned(t *testing.T, dir string) (certPath, keyPath string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "eventforge-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certPath, keyPath
+}
+
+// TestSecuritySettingsAcceptedByLibrdkafka configures real clients: a
+// property librdkafka does not know, or a certificate it cannot load, fails
+// client creation (no broker is contacted).
+func TestSecuritySettingsAcceptedByLibrdkafka(t *testing.T) {
+	cert, key := writeSelfSigned(t, t.TempDir())
+	tests := []struct {
+		name string
+		s    Security
+		want kafka.ConfigMap
+	}{
+		{"plaintext adds nothing", Security{Protocol: "plaintext", SASLMechanism: "SCRAM-SHA-512"}, kafka.ConfigMap{}},
+		{"mutual tls", Security{Protocol: "ssl", TLSCA: cert, TLSCert: cert, TLSKey: key, SASLMechanism: "PLAIN"},
+			kafka.ConfigMap{"security.protocol": "ssl", "ssl.ca.location": cert, "ssl.certificate.location": cert, "ssl.key.location": key}},
+		{"sasl scram over tls", Security{Protocol: "sasl_ssl", TLSCA: cert, SASLMechanism: "SCRAM-SHA-256", SASLUsername: "u", SASLPassword: "p"},
+			kafka.ConfigMap{"security.protocol": "sasl_ssl", "ssl.ca.location": cert, "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "u", "sasl.password": "p"}},
+		{"sasl plain", Security{Protocol: "sasl_plaintext", SASLMechanism: "PLAIN", SASLUsername: "u", SASLPassword: "p"},
+			kafka.ConfigMap{"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := Configure(tt.s); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = Configure(Security{Protocol: "plaintext"}) })
+			logs := make(chan kafka.LogEvent, 64)
+			cm := Base("127.0.0.1:1", "security-test", logs)
+			for k, v := range tt.want {
+				if cm[k] != v {
+					t.Errorf("Base()[%s] = %v, want %v", k, cm[k], v)
+				}
+			}
+			if len(tt.want) == 0 {
+				if _, ok := cm["security.protocol"]; ok {
+					t.Errorf("plaintext must leave security.protocol unset, got %v", cm["security.protocol"])
+				}
+			}
+			p, err := kafka.NewProducer(&cm)
+			if err != nil {
+				t.Fatalf("librdkafka refused the settings: %v", err)
+			}
+			p.Close()
+		})
+	}
+}
+
+func TestConfigureRejectsInvalid(t *testing.T) {
+	if err := Configure(Security{Protocol: "sasl_ssl"}); err == nil {
+		t.Fatal("Configure accepted sasl_ssl without credentials")
+	}
+	if got := securitySettings(); len(got) != 0 {
+		t.Fatalf("a rejected configuration was installed: %v", got)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/eventforge/eventforge/internal/failpoint"
+	"github.com/eventforge/eventforge/internal/kafkaconf"
 	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/internal/tracing"
 )
@@ -31,6 +32,9 @@ type globals struct {
 
 	// Tracing is --otlp-endpoint and --trace-sample-ratio.
 	Tracing tracing.Config `embed:""`
+
+	// Kafka is the --kafka-* TLS and SASL settings of the Kafka clients.
+	Kafka kafkaconf.Security `embed:""`
 }
 
 type cli struct {
@@ -81,6 +85,9 @@ func run() error {
 		logger = logger.With("component", component)
 	}
 	slog.SetDefault(logger)
+	if err := kafkaconf.Configure(c.Kafka); err != nil {
+		return err
+	}
 	shutdownTracing, err := tracing.Setup(context.Background(), c.Tracing, strings.Fields(kctx.Command())[0], logger)
 	if err != nil {
 		return err

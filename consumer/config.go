@@ -46,6 +46,11 @@ type Config struct {
 	// MaxAttempts is how often a retryable failure is tried before the
 	// record is dead-lettered.
 	MaxAttempts int `name:"max-attempts" help:"Attempts at a failing record before it is dead-lettered." default:"5"`
+	// NotFoundGrace is the least time an event whose order does not exist
+	// (yet) is retried before it is dead-lettered, whatever MaxAttempts says:
+	// logical decoding may deliver a transaction a moment before it is
+	// visible to other sessions on the primary.
+	NotFoundGrace time.Duration `name:"not-found-grace" help:"Least time an event whose order cannot be found is retried before it is dead-lettered." default:"10s"`
 	// InitialBackoff is the first wait between attempts.
 	InitialBackoff time.Duration `name:"initial-backoff" help:"First wait between attempts at one record (doubles each attempt, with jitter)." default:"100ms"`
 	// MaxBackoff caps the wait between attempts at one record.
@@ -80,6 +85,7 @@ func DefaultConfig() Config {
 		QueueSize:        1000,
 		MaxAttempts:      5,
 		InitialBackoff:   100 * time.Millisecond,
+		NotFoundGrace:    10 * time.Second,
 		MaxBackoff:       5 * time.Second,
 		AttemptTimeout:   30 * time.Second,
 		SessionTimeout:   45 * time.Second,
@@ -167,6 +173,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		QueueSize:        cfg.QueueSize,
 		MaxAttempts:      cfg.MaxAttempts,
 		InitialBackoff:   cfg.InitialBackoff,
+		NotFoundGrace:    cfg.NotFoundGrace,
 		MaxBackoff:       cfg.MaxBackoff,
 		AttemptTimeout:   cfg.AttemptTimeout,
 		CommitPeriod:     cfg.CommitInterval,

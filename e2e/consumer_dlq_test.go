@@ -30,7 +30,7 @@ func TestConsumerDeadLetterAndReplay(t *testing.T) {
 	ep.send(t, ev)
 
 	crash := []string{"EVENTFORGE_FAILPOINTS=" + runtime.FailpointAfterDLQAckBeforeOffset + "=crash"}
-	p, _ := consumerProc(t, pl, "fulfillment-crashing", "fulfillment", pl.env.Group, crash, "--max-attempts", "3")
+	p, _ := consumerProc(t, pl, "fulfillment-crashing", "fulfillment", pl.env.Group, crash, "--max-attempts", "3", "--not-found-grace", "0s")
 	if err := p.waitExit(60 * time.Second); err == nil || !p.killedBySIGKILL() {
 		t.Fatalf("consumer: exit %v, want death by SIGKILL after the DLQ ack", err)
 	}
@@ -49,7 +49,7 @@ func TestConsumerDeadLetterAndReplay(t *testing.T) {
 	}
 
 	// The restarted consumer retries and dead-letters the event again.
-	cons, addr := consumerProc(t, pl, "fulfillment", "fulfillment", pl.env.Group, nil, "--max-attempts", "3")
+	cons, addr := consumerProc(t, pl, "fulfillment", "fulfillment", pl.env.Group, nil, "--max-attempts", "3", "--not-found-grace", "0s")
 	waitGroupAtEnd(t, pl, pl.env.Group, 60*time.Second)
 	es = readDLQEntries(t, pl, topic)
 	if len(es) != 2 {

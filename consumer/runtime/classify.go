@@ -24,7 +24,11 @@ var (
 	ErrInvalid = errors.New("invalid event")
 	// ErrNotFound marks an event whose subject (e.g. the order) does not
 	// exist. The transaction rolls back, no mark is left, and the event is
-	// retried until --max-attempts, then dead-lettered.
+	// retried until --max-attempts AND --not-found-grace are both used up,
+	// then dead-lettered. The grace matters: logical decoding can hand a
+	// transaction to the relay before that transaction is visible to other
+	// sessions on the primary, so an event may arrive a moment before the
+	// order it names can be read.
 	ErrNotFound = errors.New("subject not found")
 )
 
@@ -48,7 +52,8 @@ const (
 	// healthy events out of order into the DLQ.
 	ClassUnavailable Class = "unavailable"
 	// ClassNotFound means the event's subject does not exist (ErrNotFound):
-	// retried until --max-attempts, then dead-lettered.
+	// retried until --max-attempts and --not-found-grace are used up, then
+	// dead-lettered.
 	ClassNotFound Class = "not_found"
 	// ClassUnknown is any other error: retried until --max-attempts, then
 	// dead-lettered.
@@ -99,14 +104,17 @@ func classifySQLState(code string) Class {
 	return ClassUnknown
 }
 
-// retryable reports whether a failure of class c after attempts attempts is
-// retried (true) or dead-lettered (false).
-func retryable(c Class, attempts, maxAttempts int) bool {
+// retryable reports whether a failure of class c after attempts attempts,
+// the first of them failing since ago, is retried (true) or dead-lettered
+// (false). A missing subject is retried for at least notFoundGrace.
+func retryable(c Class, attempts, maxAttempts int, since, notFoundGrace time.Duration) bool {
 	switch c {
 	case ClassPermanent:
 		return false
 	case ClassUnavailable:
 		return true
+	case ClassNotFound:
+		return attempts < maxAttempts || since < notFoundGrace
 	}
 	return attempts < maxAttempts
 }

@@ -51,20 +51,24 @@ func TestRetryable(t *testing.T) {
 	tests := []struct {
 		class    Class
 		attempts int
+		since    time.Duration
 		want     bool
 	}{
-		{ClassPermanent, 1, false},
-		{ClassTransient, 1, true},
-		{ClassTransient, 4, true},
-		{ClassTransient, 5, false},
-		{ClassNotFound, 5, false},
-		{ClassUnknown, 2, true},
-		{ClassUnavailable, 500, true},
+		{ClassPermanent, 1, 0, false},
+		{ClassTransient, 1, 0, true},
+		{ClassTransient, 4, 0, true},
+		{ClassTransient, 5, 0, false},
+		{ClassTransient, 5, time.Second, false},
+		{ClassNotFound, 5, 0, true},                 // attempts used up, grace not
+		{ClassNotFound, 5, 11 * time.Second, false}, // both used up
+		{ClassNotFound, 2, 11 * time.Second, true},  // grace used up, attempts not
+		{ClassUnknown, 2, 0, true},
+		{ClassUnavailable, 500, time.Hour, true},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%s/%d", tt.class, tt.attempts), func(t *testing.T) {
-			if got := retryable(tt.class, tt.attempts, 5); got != tt.want {
-				t.Fatalf("retryable(%s, %d, 5) = %v, want %v", tt.class, tt.attempts, got, tt.want)
+		t.Run(fmt.Sprintf("%s/%d/%s", tt.class, tt.attempts, tt.since), func(t *testing.T) {
+			if got := retryable(tt.class, tt.attempts, 5, tt.since, 10*time.Second); got != tt.want {
+				t.Fatalf("retryable(%s, %d, 5, %s, 10s) = %v, want %v", tt.class, tt.attempts, tt.since, got, tt.want)
 			}
 		})
 	}

@@ -111,7 +111,7 @@ func (r *Runtime) processOne(p *partition, m *kafka.Message) bool {
 		}
 		last = now
 		class := Classify(err)
-		if !retryable(class, attempt, r.opts.MaxAttempts) {
+		if !retryable(class, attempt, r.opts.MaxAttempts, last.Sub(first), r.opts.NotFoundGrace) {
 			return r.deadLetter(p, m, ev.ID.String(), dlq.Failure{
 				Consumer: r.opts.Name, Class: string(class), Message: err.Error(),
 				Attempts: attempt, FirstFailedAt: first, LastFailedAt: last,

@@ -90,6 +90,7 @@ type Options struct {
 	QueueSize        int           // records buffered per partition before its fetching pauses (default 1000)
 	MaxAttempts      int           // attempts before a retryable failure is dead-lettered (default 5)
 	InitialBackoff   time.Duration // first retry wait (default 100ms)
+	NotFoundGrace    time.Duration // least time a missing subject is retried before dead-lettering (0: attempts only)
 	MaxBackoff       time.Duration // cap of the retry wait (default 5s)
 	AttemptTimeout   time.Duration // bound of one transaction (default 30s)
 	CommitPeriod     time.Duration // how often stored offsets are committed (default 1s)

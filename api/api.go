@@ -7,6 +7,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -31,6 +31,7 @@ import (
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
 	"github.com/eventforge/eventforge/internal/metrics"
+	"github.com/eventforge/eventforge/internal/tlsconf"
 	"github.com/eventforge/eventforge/internal/tracing"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -55,6 +56,9 @@ type Config struct {
 	IdempotencyWindow time.Duration `name:"idempotency-window" help:"How long CreateOrder idempotency keys are kept before they are pruned." default:"24h"`
 	// PruneInterval is how often expired idempotency keys are deleted.
 	PruneInterval time.Duration `name:"prune-interval" help:"How often expired idempotency keys are deleted." default:"1m"`
+	// TLSCertFile and TLSKeyFile, when set, serve gRPC and HTTP over TLS.
+	TLSCertFile string `name:"tls-cert-file" help:"PEM certificate (chain) to serve gRPC and HTTP over TLS; with --tls-key-file. Empty: plaintext."`
+	TLSKeyFile  string `name:"tls-key-file" help:"PEM private key of --tls-cert-file."`
 	// Handlers are extra HTTP handlers mounted by pattern, e.g. the
 	// console's "/ui/" and "/api/ops/"; set by the command, not by flags.
 	Handlers map[string]http.Handler `kong:"-"`
@@ -141,9 +145,19 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		grpcLis.Close()
 		return fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
 	}
+	serverTLS, selfTLS, err := tlsconf.Server(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	if serverTLS != nil {
+		httpLis = tls.NewListener(httpLis, serverTLS)
+	}
 
 	grpcServer := grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.Creds(tlsconf.ServerCredentials(serverTLS)),
 		tracing.GRPCServerOption(),
 		grpc.ChainUnaryInterceptor(logRequests(logger), capDeadline(cfg.RequestTimeout)),
 	)
@@ -153,7 +167,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	reflection.Register(grpcServer)
 	updateHealth(ctx, st, healthServer)
 
-	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), tracing.GRPCDialOption())
+	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(tlsconf.ClientCredentials(selfTLS)), tracing.GRPCDialOption())
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()

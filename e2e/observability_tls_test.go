@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/eventforge/eventforge/internal/testenv"
+	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
+)
+
+// selfSignedCert writes a certificate for 127.0.0.1 and its key as PEM and
+// returns a pool that trusts it.
+func selfSignedCert(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "eventforge-api"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certPath, keyPath, pool
+}
+
+// TestAPIServesTLS runs the api with --tls-cert-file/--tls-key-file: REST
+// (through the gateway, which calls the gRPC server over TLS) and gRPC both
+// create orders over TLS, and a plaintext request is refused.
+func TestAPIServesTLS(t *testing.T) {
+	certPath, keyPath, pool := selfSignedCert(t)
+	pl := newPipeline(t)
+	p := start(t, "api", nil, "api", "--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr,
+		"--http-addr", pl.httpAddr, "--tls-cert-file", certPath, "--tls-key-file", keyPath)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	base := "https://" + pl.httpAddr
+	testenv.Eventually(t, 30*time.Second, "api ready over https", func() error {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("api exited: %v", p.err)
+		default:
+		}
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz: %s", resp.Status)
+		}
+		return nil
+	})
+
+	resp, err := client.Post(base+"/v1/orders", "application/json",
+		bytes.NewBufferString(`{"customer_id":"tls-rest","currency":"EUR","items":[{"sku":"SKU-1","quantity":1,"unit_price_cents":100}]}`))
+	if err != nil {
+		t.Fatalf("REST over TLS: %v", err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var body struct {
+		Order struct {
+			OrderID string `json:"order_id"`
+		} `json:"order"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &body) != nil || body.Order.OrderID == "" {
+		t.Fatalf("REST over TLS: %s %s", resp.Status, raw)
+	}
+
+	conn, err := grpc.NewClient(pl.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gresp, err := eventforgev1.NewOrderServiceClient(conn).CreateOrder(ctx, &eventforgev1.CreateOrderRequest{
+		CustomerId: "tls-grpc", Currency: "EUR",
+		Items: []*eventforgev1.OrderItem{{Sku: "SKU-1", Quantity: 1, UnitPriceCents: 100}},
+	})
+	if err != nil {
+		t.Fatalf("gRPC over TLS: %v", err)
+	}
+
+	var n int
+	if err := pl.env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE id = ANY($1::uuid[])`,
+		[]string{body.Order.OrderID, gresp.GetOrder().GetOrderId()}).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d of the 2 orders created over TLS are in PostgreSQL", n)
+	}
+
+	if plain, err := http.Get("http://" + pl.httpAddr + "/readyz"); err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == http.StatusOK {
+			t.Fatal("a plaintext request to the TLS port was answered 200")
+		}
+	}
+}

@@ -80,7 +80,7 @@ type browserSummary struct {
 
 // runBrowser runs e2e/console_browser.cjs (playwright-core driving Debian
 // chromium) against base and returns its summary.
-func runBrowser(t *testing.T, base string) browserSummary {
+func runBrowser(t *testing.T, base, token string) browserSummary {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("%s is missing: `make test` installs it (apt-get install chromium), or install it yourself: %v", chromiumPath, err)
@@ -97,7 +97,7 @@ func runBrowser(t *testing.T, base string) browserSummary {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("node", "console_browser.cjs")
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "CONSOLE_URL=http://"+base, "ARTIFACTS="+artifacts, "CHROMIUM="+chromiumPath)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "CONSOLE_URL=http://"+base, "ARTIFACTS="+artifacts, "CHROMIUM="+chromiumPath, "OPS_TOKEN="+token)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -129,13 +129,14 @@ func runBrowser(t *testing.T, base string) browserSummary {
 // TestConsoleBrowser drives the console in real headless Chromium against a
 // real pipeline: a real order followed through every step, each drill run
 // with its counters, the DLQ table and its replay, the language toggle and
-// phone width, with screenshots of every view; no request leaves the
+// phone width, the ops token asked for by the page, with screenshots of every view; no request leaves the
 // EventForge server. Then it checks the drills' orders in durable state
 // with the delivery auditor, independently of the page.
 func TestConsoleBrowser(t *testing.T) {
 	env := testenv.New(t)
-	addr, _ := startDev(t, env)
-	sum := runBrowser(t, addr)
+	const token = "browser-test-token"
+	addr, _ := startDev(t, env, "--ops-token", token)
+	sum := runBrowser(t, addr, token)
 
 	if len(sum.Foreign) > 0 || sum.Requests == 0 {
 		t.Errorf("the page made %d requests, %d outside the EventForge server: %v", sum.Requests, len(sum.Foreign), sum.Foreign)

@@ -37,7 +37,7 @@ function TokenPrompt({ onSaved, refused }) {
       {refused && getToken() && <span class="muted">{t("token.wrong")}</span>}
       <label>
         {t("token.label")}
-        <input type="password" autocomplete="off" value={value} onInput={(e) => setValue(e.currentTarget.value)} />
+        <input type="password" id="ops-token" autocomplete="off" value={value} onInput={(e) => setValue(e.currentTarget.value)} />
       </label>
       <button type="submit" class="primary">{t("token.save")}</button>
     </form>

@@ -112,6 +112,19 @@ promtool: ## Check deploy/prometheus config and alert rules and run the alert un
 	$(PROMTOOL) check rules deploy/prometheus/rules/*.yml
 	$(PROMTOOL) test rules deploy/prometheus/tests/*.yml
 
+##@ Soak
+
+DURATION ?= 10m
+RATE ?= 300
+
+.PHONY: chaos
+chaos: build ## Load at RATE orders/s for DURATION with a random SIGKILL every 10–30 s, then drain and verify
+	@started="$$($(EVENTFORGE) stack up --print-started)"; \
+	stop_started() { if [ -n "$$started" ]; then $(EVENTFORGE) stack down; fi; }; \
+	trap stop_started EXIT; \
+	EVENTFORGE_CHAOS_DURATION=$(DURATION) EVENTFORGE_CHAOS_RATE=$(RATE) \
+		$(GO) test -count=1 -timeout 0 -run '^TestChaosSoak$$' -v ./e2e/ | grep -E 'SIGKILL|chaos summary|^(---|ok|FAIL|PASS)'
+
 ##@ Benchmarks
 
 .PHONY: bench

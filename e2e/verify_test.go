@@ -16,12 +16,17 @@ import (
 )
 
 // runVerify runs `eventforge verify --json` against the pipeline and returns
-// the decoded report and the process exit code.
-func runVerify(t *testing.T, pl *pipeline) (verify.Report, int) {
+// the decoded report and the process exit code. The fulfillment consumer of
+// the pipeline is always audited; more consumers are given as name=group.
+func runVerify(t *testing.T, pl *pipeline, consumers ...string) (verify.Report, int) {
 	t.Helper()
-	cmd := exec.Command(binary, "verify", "--json", "--wait", "30s",
+	args := []string{"verify", "--json", "--wait", "90s",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
-		"--topic", pl.env.Topic, "--slot", pl.env.Slot, "--consumer", "fulfillment="+pl.env.Group)
+		"--topic", pl.env.Topic, "--slot", pl.env.Slot, "--consumer", "fulfillment=" + pl.env.Group}
+	for _, c := range consumers {
+		args = append(args, "--consumer", c)
+	}
+	cmd := exec.Command(binary, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -23,6 +23,7 @@ type effectCheck func(ctx context.Context, pool *pgxpool.Pool, consumer string) 
 // effectChecks knows, per consumer name, how its effects are stored.
 var effectChecks = map[string]effectCheck{
 	"fulfillment": fulfillmentEffects,
+	"ledger":      ledgerEffects,
 }
 
 func knownConsumers() []string {
@@ -35,14 +36,15 @@ func knownConsumers() []string {
 }
 
 // fulfillmentEffects: the effect of an OrderCreated event is one shipment of
-// its order. A second shipment is a duplicate effect; a mark for an
+// its order, the effect of an OrderCancelled event the cancellation of that
+// shipment (both count as business changes). A second shipment is a duplicate effect; a mark for an
 // OrderCreated event whose order has no shipment (and was not cancelled
 // before fulfillment) is a mark without effect; a shipment with no mark for
 // its order's OrderCreated event is an effect without mark.
 func fulfillmentEffects(ctx context.Context, pool *pgxpool.Pool, consumer string) (effects, error) {
 	var e effects
 	err := pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM shipments),
+		(SELECT count(*) + count(cancelled_at) FROM shipments),
 		(SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM shipments GROUP BY order_id HAVING count(*) > 1) d)`).
 		Scan(&e.changes, &e.duplicates)
 	if err != nil {
@@ -85,4 +87,55 @@ func fulfillmentEffects(ctx context.Context, pool *pgxpool.Pool, consumer string
 		e.details = append(e.details, fmt.Sprintf("%d orders shipped without a mark for their OrderCreated event", e.effectsWithoutMark))
 	}
 	return e, nil
+}
+
+// ledgerEffects: the ledger keeps per-customer counters of created and
+// cancelled orders. For each customer and currency, each counter must equal
+// the number of the ledger's marks for events of that kind: more is a
+// duplicate effect, fewer a mark without effect.
+func ledgerEffects(ctx context.Context, pool *pgxpool.Pool, consumer string) (effects, error) {
+	var e effects
+	rows, err := pool.Query(ctx, `WITH marked AS (
+			SELECT o.customer_id, o.currency,
+			       count(*) FILTER (WHERE ob.type = 'OrderCreated') AS created,
+			       count(*) FILTER (WHERE ob.type = 'OrderCancelled') AS cancelled
+			FROM processed_events pe
+			JOIN outbox ob ON ob.id = pe.event_id
+			JOIN orders o ON o.id::text = ob.aggregateid
+			WHERE pe.consumer = $1
+			GROUP BY o.customer_id, o.currency)
+		SELECT coalesce(l.customer_id, m.customer_id), coalesce(l.currency, m.currency),
+		       coalesce(l.order_count, 0), coalesce(m.created, 0),
+		       coalesce(l.cancelled_count, 0), coalesce(m.cancelled, 0)
+		FROM ledger l FULL JOIN marked m ON m.customer_id = l.customer_id AND m.currency = l.currency`, consumer)
+	if err != nil {
+		return e, fmt.Errorf("comparing the ledger with its marks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var customer, currency string
+		var counted, marked, cancelCounted, cancelMarked int
+		if err := rows.Scan(&customer, &currency, &counted, &marked, &cancelCounted, &cancelMarked); err != nil {
+			return e, err
+		}
+		e.changes += counted + cancelCounted
+		for _, c := range []struct {
+			what           string
+			counted, marks int
+		}{{"orders", counted, marked}, {"cancellations", cancelCounted, cancelMarked}} {
+			switch {
+			case c.counted > c.marks:
+				e.duplicates += c.counted - c.marks
+				if len(e.details) < 20 {
+					e.details = append(e.details, fmt.Sprintf("duplicate effect: ledger counts %d %s of %s/%s for %d marks", c.counted, c.what, customer, currency, c.marks))
+				}
+			case c.counted < c.marks:
+				e.marksWithoutEffect += c.marks - c.counted
+				if len(e.details) < 20 {
+					e.details = append(e.details, fmt.Sprintf("mark without effect: ledger counts %d %s of %s/%s for %d marks", c.counted, c.what, customer, currency, c.marks))
+				}
+			}
+		}
+	}
+	return e, rows.Err()
 }

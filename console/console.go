@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -70,6 +71,8 @@ type Console struct {
 
 	samples *history
 	commits *commitIndex
+	lastUse atomic.Int64  // Unix ns of the last ops API request
+	wake    chan struct{} // an ops API request arrived
 	drills  *drillRunner
 	handler http.Handler
 }
@@ -113,6 +116,7 @@ func New(ctx context.Context, cfg Config, procs Processes, logger *slog.Logger) 
 		procs:   procs,
 		samples: newHistory(cfg.History),
 		commits: newCommitIndex(1000),
+		wake:    make(chan struct{}, 1),
 	}
 	c.drills = newDrillRunner(c)
 	c.handler = c.routes()
@@ -126,22 +130,50 @@ func (c *Console) Handler() http.Handler { return c.handler }
 // Patterns are the mux patterns Handler must be mounted on.
 var Patterns = []string{"/ui/", "/api/ops/"}
 
-// Run samples the operations figures every SampleInterval until ctx is
-// cancelled, then stops a running drill and closes the connections.
+// idleAfter is how long the sampler keeps going after the last ops API
+// request: an api nobody watches does not poll PostgreSQL and Kafka.
+const idleAfter = 10 * time.Minute
+
+// Run samples the operations figures every SampleInterval while the ops API
+// is in use (until idleAfter without a request) until ctx is cancelled, then
+// stops a running drill and closes the connections.
 func (c *Console) Run(ctx context.Context) error {
 	defer c.close()
 	t := time.NewTicker(c.cfg.SampleInterval)
 	defer t.Stop()
 	s := newSampler(c)
 	for {
-		s.sample(ctx)
+		if c.active() {
+			s.sample(ctx)
+			select {
+			case <-ctx.Done():
+				c.drills.shutdown()
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
+		s.reset()
 		select {
 		case <-ctx.Done():
 			c.drills.shutdown()
 			return nil
-		case <-t.C:
+		case <-c.wake:
 		}
 	}
+}
+
+// touch records an ops API request and wakes an idle sampler.
+func (c *Console) touch() {
+	c.lastUse.Store(time.Now().UnixNano())
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Console) active() bool {
+	return time.Since(time.Unix(0, c.lastUse.Load())) < idleAfter
 }
 
 func (c *Console) close() {
@@ -172,7 +204,12 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("/api/ops/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "no such ops endpoint")
 	})
-	return requireToken(c.cfg.OpsToken, mux)
+	return requireToken(c.cfg.OpsToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/ops/") {
+			c.touch()
+		}
+		mux.ServeHTTP(w, r)
+	}))
 }
 
 // requireToken guards /api/ops/ with a bearer token when token is set. The

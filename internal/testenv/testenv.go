@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +74,41 @@ type Env struct {
 // at cleanup.
 func New(t testing.TB) *Env {
 	t.Helper()
+	return newEnv(t, Stack(t), nil)
+}
+
+// NewOnCluster is New with the topic on a private multi-node Kafka cluster
+// instead of the shared broker: replication factor = nodes,
+// min.insync.replicas = nodes - 1. The database stays on the shared
+// PostgreSQL.
+func NewOnCluster(t testing.TB, c *localstack.KafkaCluster) *Env {
+	t.Helper()
 	ep := Stack(t)
+	ep.KafkaBootstrap = c.Bootstrap
+	return newEnv(t, ep, func(ctx context.Context, topic string) error {
+		a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": c.Bootstrap, "log_level": 3})
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{
+			Topic: topic, NumPartitions: 6, ReplicationFactor: c.Nodes(),
+			Config: map[string]string{"min.insync.replicas": strconv.Itoa(max(1, c.Nodes()-1))},
+		}}, kafka.SetAdminOperationTimeout(30*time.Second))
+		if err != nil {
+			return err
+		}
+		if res[0].Error.Code() != kafka.ErrNoError {
+			return res[0].Error
+		}
+		return nil
+	})
+}
+
+// newEnv creates the test's database, slot and topic on ep; createTopic,
+// when set, replaces the default topic creation on the shared broker.
+func newEnv(t testing.TB, ep localstack.Endpoints, createTopic func(ctx context.Context, topic string) error) *Env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -113,7 +148,12 @@ func New(t testing.TB) *Env {
 	if _, err := schema.EnsureSlot(ctx, e.Pool, e.Slot); err != nil {
 		t.Fatalf("creating slot: %v", err)
 	}
-	if err := localstack.EnsureTopics(ctx, ep.KafkaBootstrap, []localstack.TopicSpec{{Name: e.Topic, Partitions: 6}}); err != nil {
+	if createTopic == nil {
+		createTopic = func(ctx context.Context, topic string) error {
+			return localstack.EnsureTopics(ctx, ep.KafkaBootstrap, []localstack.TopicSpec{{Name: topic, Partitions: 6}})
+		}
+	}
+	if err := createTopic(ctx, e.Topic); err != nil {
 		t.Fatalf("creating topic: %v", err)
 	}
 	t.Cleanup(func() { e.deleteTopic(t) })

@@ -125,6 +125,13 @@ chaos: build ## Load at RATE orders/s for DURATION with a random SIGKILL every 1
 	EVENTFORGE_CHAOS_DURATION=$(DURATION) EVENTFORGE_CHAOS_RATE=$(RATE) \
 		$(GO) test -count=1 -timeout 0 -run '^TestChaosSoak$$' -v ./e2e/ | grep -E 'SIGKILL|chaos summary|^(---|ok|FAIL|PASS)'
 
+.PHONY: guarantees
+guarantees: build ## Run the failure-window matrix and write its results table into docs/guarantees.md
+	@started="$$($(EVENTFORGE) stack up --print-started)"; \
+	stop_started() { if [ -n "$$started" ]; then $(EVENTFORGE) stack down; fi; }; \
+	trap stop_started EXIT; \
+	EVENTFORGE_MATRIX_DOC=$(CURDIR)/docs/guarantees.md $(GO) test -count=1 -timeout 60m -run '^TestFailureMatrix$$' ./e2e/
+
 ##@ Benchmarks
 
 .PHONY: bench

@@ -36,6 +36,7 @@ func mustVerify(t *testing.T, pl *pipeline, consumers ...string) {
 	}
 	t.Logf("verify: logical events %d, deliveries %d (duplicates %d), business changes %v, lost 0, duplicate effects 0",
 		rep.LogicalEvents, rep.Deliveries, rep.DuplicateDeliveries, rep.BusinessChanges)
+	recordReport(t, rep)
 }
 
 // mustDrain checks the durable end state of a pipeline after a window:
@@ -266,4 +267,5 @@ func verifyNoLoss(t *testing.T, pl *pipeline, consumers ...string) {
 	}
 	t.Logf("verify: logical events %d, deliveries %d (duplicates %d), dead-lettered %v, lost 0, duplicate effects 0",
 		rep.LogicalEvents, rep.Deliveries, rep.DuplicateDeliveries, rep.DeadLettered)
+	recordReport(t, rep)
 }

@@ -69,7 +69,7 @@ status: build ## Show whether the local PostgreSQL and Kafka run
 
 ##@ Test
 
-GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
+GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
 # The stack is shared: tests reuse a running one (each test has its own
 # database, slot, topic and group) and `make test` stops only a stack it

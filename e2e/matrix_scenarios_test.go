@@ -260,7 +260,35 @@ func quietLogger() *slog.Logger {
 // consumer (their records then count as pending, not lost).
 func verifyNoLoss(t *testing.T, pl *pipeline, consumers ...string) {
 	t.Helper()
-	rep, code := runVerify(t, pl, consumers...)
+	verifyNoLossWait(t, pl, "90s", consumers...)
+}
+
+// verifyConsumersOnly audits a window that runs consumers but no relay (its
+// events are produced straight to Kafka): it does not wait for the slot, and
+// the scenario has already waited for the groups to reach the end.
+func verifyConsumersOnly(t *testing.T, pl *pipeline, consumers ...string) {
+	t.Helper()
+	verifyNoLossWait(t, pl, "0s", consumers...)
+}
+
+// verifyDuplicatesPlanted audits the concurrent-duplicate window, which
+// plants one event in every partition on purpose: the auditor rightly calls
+// that an ordering violation, so only loss and duplicate effects count here.
+func verifyDuplicatesPlanted(t *testing.T, pl *pipeline) {
+	t.Helper()
+	rep, code := runVerifyWait(t, pl, "0s")
+	if rep.Lost != 0 || rep.DuplicateEffects != 0 || rep.MarksWithoutEffect != 0 || rep.EffectsWithoutMark != 0 {
+		t.Fatalf("verify: exit %d, lost %d, duplicate effects %d, marks without effect %d: %v",
+			code, rep.Lost, rep.DuplicateEffects, rep.MarksWithoutEffect, rep.Violations)
+	}
+	t.Logf("verify: deliveries %d (duplicates %d, planted), business changes %v, lost 0, duplicate effects 0",
+		rep.Deliveries, rep.DuplicateDeliveries, rep.BusinessChanges)
+	recordReport(t, rep)
+}
+
+func verifyNoLossWait(t *testing.T, pl *pipeline, wait string, consumers ...string) {
+	t.Helper()
+	rep, code := runVerifyWait(t, pl, wait, consumers...)
 	if code != 0 || rep.Lost != 0 || rep.DuplicateEffects != 0 || rep.OrderingViolations != 0 {
 		t.Fatalf("verify: exit %d, lost %d, duplicate effects %d, ordering violations %d: %v",
 			code, rep.Lost, rep.DuplicateEffects, rep.OrderingViolations, rep.Violations)

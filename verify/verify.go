@@ -36,6 +36,8 @@ type Config struct {
 	// the end of the topic, so that in-flight events are not reported as
 	// pending.
 	Wait time.Duration `name:"wait" help:"Wait up to this long for the pipeline to drain before auditing (0: audit at once)." default:"0s"`
+	// Timeout bounds the audit itself (after any Wait).
+	Timeout time.Duration `name:"timeout" help:"Longest the audit may take after --wait." default:"5m"`
 }
 
 // DefaultConfig returns the configuration the flags default to.
@@ -46,6 +48,7 @@ func DefaultConfig() Config {
 		Topic:        "eventforge.orders",
 		Consumers:    map[string]string{"fulfillment": "eventforge-fulfillment"},
 		Slot:         "eventforge_outbox",
+		Timeout:      5 * time.Minute,
 	}
 }
 
@@ -140,6 +143,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid verify config: %w", err)
 	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Wait+timeout)
+	defer cancel()
 	a, err := newAuditor(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -98,6 +98,7 @@ func (r *Reader) ReadFrom(ctx context.Context, topic string, from map[int32]int6
 		"bootstrap.servers":     r.bootstrap,
 		"group.id":              "eventforge-kafkaread",
 		"enable.auto.commit":    false,
+		"enable.partition.eof":  true,
 		"broker.address.family": "v4",
 		"log_level":             3,
 	})
@@ -108,13 +109,16 @@ func (r *Reader) ReadFrom(ctx context.Context, topic string, from map[int32]int6
 	var assign []kafka.TopicPartition
 	remaining := map[int32]bool{}
 	for p, end := range ends {
-		start, ok := from[p]
-		offset := kafka.Offset(start)
-		if !ok {
-			start, offset = 0, kafka.OffsetBeginning
+		// Records below the low watermark are gone (retention, or deleted
+		// as a DLQ purge does): a partition whose low watermark reached its
+		// end has nothing to read.
+		low, _, err := r.c.QueryWatermarkOffsets(topic, p, 10000)
+		if err != nil {
+			return nil, fmt.Errorf("reading watermarks of %s[%d]: %w", topic, p, err)
 		}
+		start := max(from[p], low)
 		if end > start {
-			assign = append(assign, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: offset})
+			assign = append(assign, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(start)})
 			remaining[p] = true
 		}
 	}
@@ -143,6 +147,10 @@ func (r *Reader) ReadFrom(ctx context.Context, topic string, from map[int32]int6
 			if rec.Offset+1 >= ends[p] {
 				delete(remaining, p)
 			}
+		case kafka.PartitionEOF:
+			// Nothing left to read in this partition (e.g. the last offsets
+			// hold no readable record).
+			delete(remaining, e.Partition)
 		case kafka.Error:
 			if e.IsFatal() {
 				return out, fmt.Errorf("reading %s: %w", topic, e)

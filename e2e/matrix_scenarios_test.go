@@ -271,6 +271,14 @@ func verifyConsumersOnly(t *testing.T, pl *pipeline, consumers ...string) {
 	verifyNoLossWait(t, pl, "0s", consumers...)
 }
 
+// verifyRelayOnly audits a window that runs the relay but no consumer, after
+// the scenario checked that every event reached Kafka: the consumers' records
+// count as pending; loss, duplicates and ordering are checked.
+func verifyRelayOnly(t *testing.T, pl *pipeline) {
+	t.Helper()
+	verifyNoLossWait(t, pl, "0s")
+}
+
 // verifyDuplicatesPlanted audits the concurrent-duplicate window, which
 // plants one event in every partition on purpose: the auditor rightly calls
 // that an ordering violation, so only loss and duplicate effects count here.

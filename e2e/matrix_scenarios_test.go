@@ -255,14 +255,6 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// verifyNoLoss runs the auditor and fails only on loss, duplicate effects or
-// ordering violations: for windows that dead-letter on purpose or run no
-// consumer (their records then count as pending, not lost).
-func verifyNoLoss(t *testing.T, pl *pipeline, consumers ...string) {
-	t.Helper()
-	verifyNoLossWait(t, pl, "90s", consumers...)
-}
-
 // verifyConsumersOnly audits a window that runs consumers but no relay (its
 // events are produced straight to Kafka): it does not wait for the slot, and
 // the scenario has already waited for the groups to reach the end.
@@ -294,6 +286,10 @@ func verifyDuplicatesPlanted(t *testing.T, pl *pipeline) {
 	recordReport(t, rep)
 }
 
+// verifyNoLossWait runs the auditor with the given --wait and fails only on
+// loss, duplicate effects or ordering violations: for windows that
+// dead-letter on purpose or run no consumer (their records then count as
+// pending, not lost).
 func verifyNoLossWait(t *testing.T, pl *pipeline, wait string, consumers ...string) {
 	t.Helper()
 	rep, code := runVerifyWait(t, pl, wait, consumers...)

@@ -7,12 +7,9 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
 // chaosSettings reads EVENTFORGE_CHAOS_DURATION (default 60s) and
@@ -84,42 +81,12 @@ func TestChaosSoak(t *testing.T) {
 	for _, c := range components {
 		c.restart()
 	}
-	client := grpcClient(t, pl.grpcAddr)
-
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
 
 	// Open-loop load; failures while the api is down are expected and not
 	// counted as orders: the audit counts what PostgreSQL holds.
-	var sent, failed atomic.Int64
-	var loadWG sync.WaitGroup
-	loadWG.Add(1)
-	go func() {
-		defer loadWG.Done()
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
-		var inflight sync.WaitGroup
-		defer inflight.Wait()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
-				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer rcancel()
-				_, err := client.CreateOrder(rctx, &eventforgev1.CreateOrderRequest{CustomerId: "chaos", Currency: "EUR",
-					Items: []*eventforgev1.OrderItem{{Sku: "SKU-1", Quantity: 1, UnitPriceCents: 100}}})
-				sent.Add(1)
-				if err != nil {
-					failed.Add(1)
-				}
-			}()
-		}
-	}()
+	load := startOrderLoad(t, pl, rate)
 
 	// Kills, each followed by a restart, and the time until every order
 	// committed before the kill was applied.
@@ -171,7 +138,7 @@ func TestChaosSoak(t *testing.T) {
 			}
 		}()
 	}
-	loadWG.Wait()
+	load.finish(t)
 	recovery.Wait()
 
 	rep, code := runVerify(t, pl, "ledger="+lgroup)
@@ -183,7 +150,7 @@ func TestChaosSoak(t *testing.T) {
 		maxRecovery = max(maxRecovery, k.recovered)
 	}
 	t.Logf("chaos summary: duration %s, rate %d/s, kills %d, requests %d (failed %d), orders %d, events %d, deliveries %d, duplicate deliveries %d, effects %v, lost %d, duplicate effects %d, max recovery %s",
-		duration, rate, len(kills), sent.Load(), failed.Load(), rep.LogicalEvents, rep.LogicalEvents, rep.Deliveries, rep.DuplicateDeliveries,
+		duration, rate, len(kills), load.ok.Load()+load.bad.Load(), load.bad.Load(), rep.LogicalEvents, rep.LogicalEvents, rep.Deliveries, rep.DuplicateDeliveries,
 		rep.BusinessChanges, rep.Lost, rep.DuplicateEffects, maxRecovery.Round(time.Millisecond))
 	if rep.DeadLettered["fulfillment"]+rep.DeadLettered["ledger"] != 0 {
 		t.Errorf("healthy events were dead-lettered: %v", rep.DeadLettered)

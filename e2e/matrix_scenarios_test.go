@@ -46,7 +46,7 @@ func mustVerify(t *testing.T, pl *pipeline, consumers ...string) {
 func mustDrain(t *testing.T, pl *pipeline) {
 	t.Helper()
 	last := currentWAL(t, pl)
-	testenv.Eventually(t, 90*time.Second, "every order processed", func() error {
+	testenv.Eventually(t, 3*time.Minute, "every order processed", func() error {
 		var pending int
 		if err := pl.env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE status = 'created'`).Scan(&pending); err != nil {
 			return err

@@ -6,6 +6,7 @@ package kafkaread
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -179,7 +180,17 @@ func (r *Reader) Committed(group, topic string) (map[int32]int64, error) {
 	for p := range ends {
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p})
 	}
-	got, err := c.Committed(tps, 10000)
+	// Right after a broker restart the group coordinator may move or still
+	// be loading: retry what Kafka calls retriable for a while.
+	var got []kafka.TopicPartition
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		got, err = c.Committed(tps, 10000)
+		var kerr kafka.Error
+		if err == nil || !errors.As(err, &kerr) || !(kerr.IsRetriable() || kerr.Code() == kafka.ErrNotCoordinator ||
+			kerr.Code() == kafka.ErrCoordinatorLoadInProgress || kerr.Code() == kafka.ErrCoordinatorNotAvailable) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading committed offsets of group %s: %w", group, err)
 	}

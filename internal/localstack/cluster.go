@@ -128,6 +128,7 @@ func (n *clusterNode) configure(voters string, nodes int) error {
 	err = tmpl.Execute(&b, map[string]string{
 		"NodeID": strconv.Itoa(n.id), "KafkaPort": strconv.Itoa(n.port), "ControllerPort": strconv.Itoa(n.cport),
 		"Voters": voters, "DataDir": n.l.kafkaData, "Replication": strconv.Itoa(nodes), "MinISR": strconv.Itoa(max(1, nodes-1)),
+		"SessionTimeoutMS": strconv.Itoa(sessionTimeoutMS(nodes)),
 	})
 	if err != nil {
 		return fmt.Errorf("rendering cluster-server.properties: %w", err)
@@ -254,4 +255,14 @@ func freeLoopbackPorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// sessionTimeoutMS is broker.session.timeout.ms: short with peers, so a
+// killed broker loses leadership quickly; long for a single node, which has
+// nobody to hand leadership to.
+func sessionTimeoutMS(nodes int) int {
+	if nodes == 1 {
+		return 30000
+	}
+	return 6000
 }

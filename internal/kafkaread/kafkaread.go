@@ -185,9 +185,7 @@ func (r *Reader) Committed(group, topic string) (map[int32]int64, error) {
 	var got []kafka.TopicPartition
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		got, err = c.Committed(tps, 10000)
-		var kerr kafka.Error
-		if err == nil || !errors.As(err, &kerr) || !(kerr.IsRetriable() || kerr.Code() == kafka.ErrNotCoordinator ||
-			kerr.Code() == kafka.ErrCoordinatorLoadInProgress || kerr.Code() == kafka.ErrCoordinatorNotAvailable) || time.Now().After(deadline) {
+		if err == nil || !coordinatorBusy(err) || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -201,4 +199,18 @@ func (r *Reader) Committed(group, topic string) (map[int32]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// coordinatorBusy reports errors that mean "ask again shortly": the group
+// coordinator moved, is loading, or is not available yet.
+func coordinatorBusy(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return false
+	}
+	switch kerr.Code() {
+	case kafka.ErrNotCoordinator, kafka.ErrCoordinatorLoadInProgress, kafka.ErrCoordinatorNotAvailable:
+		return true
+	}
+	return kerr.IsRetriable()
 }

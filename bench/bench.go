@@ -25,6 +25,12 @@ type Config struct {
 	OutDir string `name:"out" help:"Directory for results, charts and logs." default:"bench/results"`
 	// StateDir is the local stack's state directory (default as in dev).
 	StateDir string `name:"state-dir" help:"Local stack state directory (default /var/tmp/eventforge-<hash>)."`
+	// Profile has every component serve its runtime profiles and records
+	// CPU and heap profiles of each phase into the logs directory.
+	Profile bool `name:"profile" help:"Record CPU and heap profiles of each component during its phase (pprof files in the logs directory)."`
+	// Phases selects the phases to run, for working on one component; a
+	// full run (the default) is what the figures mean.
+	Phases []string `name:"phases" help:"Run only these phases: postgres, api, drain, apply, e2e (apply needs drain; e2e needs api, drain and apply)." default:"postgres,api,drain,apply,e2e" enum:"postgres,api,drain,apply,e2e"`
 	// Keep leaves the benchmark's database, slot and topic in place.
 	Keep bool `name:"keep" help:"Keep the benchmark database, slot and topic afterwards."`
 }
@@ -56,6 +62,7 @@ type Results struct {
 	Smoke     bool      `json:"smoke"`
 	CPUs      int       `json:"cpus"`
 	GoVersion string    `json:"go_version"`
+	Phases    []string  `json:"phases"`
 
 	PGLimit pgLimitResult `json:"pg_limit"`
 
@@ -70,6 +77,7 @@ type Results struct {
 	EndToEnd    []rateResult              `json:"end_to_end"`
 	Components  map[string]componentUsage `json:"components"`
 	Throughput  []throughputPoint         `json:"throughput"`
+	CPU         []phaseCPU                `json:"cpu_by_phase"`
 	ElapsedSecs float64                   `json:"elapsed_seconds"`
 }
 
@@ -150,16 +158,37 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	defer r.stopAll()
 
 	phases := []struct {
-		name string
-		run  func(context.Context) error
+		key, name string
+		run       func(context.Context) error
 	}{
-		{"postgres limit (pgbench)", r.pgLimitPhase},
-		{"api closed loop", r.apiPhase},
-		{"cdc drain", r.drainPhase},
-		{"consumer apply", r.applyPhase},
-		{"end to end", r.endToEndPhase},
+		{"postgres", "postgres limit (pgbench)", r.pgLimitPhase},
+		{"api", "api closed loop", r.apiPhase},
+		{"drain", "cdc drain", r.drainPhase},
+		{"apply", "consumer apply", r.applyPhase},
+		{"e2e", "end to end", r.endToEndPhase},
+	}
+	selected := map[string]bool{}
+	for _, p := range cfg.Phases {
+		selected[p] = true
+	}
+	if len(selected) == 0 {
+		for _, p := range phases {
+			selected[p.key] = true
+		}
+	}
+	if selected["apply"] && !selected["drain"] || selected["e2e"] && !(selected["api"] && selected["drain"] && selected["apply"]) {
+		return fmt.Errorf("--phases %v: apply needs drain; e2e needs api, drain and apply", cfg.Phases)
+	}
+	res.Phases = make([]string, 0, len(selected))
+	for _, p := range phases {
+		if selected[p.key] {
+			res.Phases = append(res.Phases, p.key)
+		}
 	}
 	for _, p := range phases {
+		if !selected[p.key] {
+			continue
+		}
 		logger.Info("bench phase", "phase", p.name)
 		t0 := time.Now()
 		if err := p.run(ctx); err != nil {
@@ -179,5 +208,5 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	res.printTable(os.Stdout)
 	fmt.Printf("\nresults: %s\ncharts:  %v\nlogs:    %s\n", jsonPath, charts, logDir)
-	return res.check()
+	return res.check(selected)
 }

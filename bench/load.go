@@ -79,31 +79,39 @@ type loadResult struct {
 	P50       time.Duration `json:"p50_ns"`
 	P99       time.Duration `json:"p99_ns"`
 	Late      int           `json:"late,omitempty"` // open loop: sends that could not start on time
+	// FirstError is the first failure's message, to say what the errors were.
+	FirstError string `json:"first_error,omitempty"`
 }
 
 // closedLoop runs clients workers, each sending its next request when the
-// previous one answered, for d.
+// previous one answered, until d has passed. Requests in flight at the end
+// are waited for and counted: cutting them off would count them as
+// failures of the system under test.
 func closedLoop(ctx context.Context, create creator, clients int, d time.Duration, customer string) loadResult {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
 		errs      int
+		firstErr  error
 		wg        sync.WaitGroup
 	)
 	start := time.Now()
+	end := start.Add(d)
 	for range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var local []time.Duration
-			localErrs := 0
-			for ctx.Err() == nil {
+			var localErrs int
+			var localErr error
+			for ctx.Err() == nil && time.Now().Before(end) {
 				t0 := time.Now()
 				if err := create(ctx, customer); err != nil {
 					if ctx.Err() == nil {
 						localErrs++
+						if localErr == nil {
+							localErr = err
+						}
 					}
 					continue
 				}
@@ -112,11 +120,18 @@ func closedLoop(ctx context.Context, create creator, clients int, d time.Duratio
 			mu.Lock()
 			latencies = append(latencies, local...)
 			errs += localErrs
+			if firstErr == nil {
+				firstErr = localErr
+			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return summarize(latencies, errs, time.Since(start))
+	r := summarize(latencies, errs, time.Since(start))
+	if firstErr != nil {
+		r.FirstError = firstErr.Error()
+	}
+	return r
 }
 
 // openLoop sends rate requests per second for d regardless of answers (up

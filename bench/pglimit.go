@@ -13,19 +13,19 @@ import (
 )
 
 // orderTxScript is, statement for statement, the transaction the API runs
-// for one order (api/store): BEGIN; a pipelined batch of the orders,
-// order_items and outbox inserts; COMMIT — three round trips, prepared
-// statements. IDs derive from one random number per transaction; the payload
-// is built by the server instead of the client, with the same content, so
-// the events it commits are valid OrderCreated events the consumer applies.
+// for one order without an idempotency key (api/store): the orders,
+// order_items and outbox inserts in one pipeline, which PostgreSQL runs as
+// one implicit transaction committed at the pipeline's Sync — one round
+// trip, prepared statements. IDs derive from one random number per
+// transaction; the payload is built by the server instead of the client,
+// with the same content, so the events it commits are valid OrderCreated
+// events the consumer applies.
 const orderTxScript = `\set n random(1, 9223372036854775806)
-BEGIN;
 \startpipeline
 INSERT INTO orders (id, customer_id, currency, total_cents, status, created_at, updated_at) VALUES (md5(:n::text)::uuid, 'bench-pgbench', 'EUR', 3998, 'created', now(), now());
 INSERT INTO order_items (order_id, line_no, sku, quantity, unit_price_cents) SELECT md5(:n::text)::uuid, t.n, t.sku, t.qty, t.price FROM unnest('{SKU-1}'::text[], '{2}'::int[], '{1999}'::bigint[]) WITH ORDINALITY AS t(sku, qty, price, n);
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers) VALUES (md5(:n::text || 'e')::uuid, 'order', md5(:n::text)::uuid::text, 'OrderCreated', jsonb_build_object('order_id', md5(:n::text)::uuid::text, 'customer_id', 'bench-pgbench', 'currency', 'EUR', 'items', '[{"sku":"SKU-1","quantity":2,"unit_price_cents":"1999"}]'::jsonb, 'total_cents', '3998', 'create_time', '2026-01-01T00:00:00Z'), '{}');
 \endpipeline
-COMMIT;
 `
 
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)

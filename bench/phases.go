@@ -34,6 +34,45 @@ type runner struct {
 	grpcAddr, httpAddr string
 }
 
+// settle vacuums and analyzes the tables, then checkpoints, so that a
+// phase starts with fresh planner statistics and is not measured across a
+// checkpoint the previous phase's writes made due (as pgbench vacuums
+// before a run).
+func (r *runner) settle(ctx context.Context) error {
+	if _, err := r.env.pool.Exec(ctx, `VACUUM (ANALYZE) orders, order_items, outbox, processed_events, shipments, ledger`); err != nil {
+		return fmt.Errorf("vacuuming: %w", err)
+	}
+	admin, err := pgx.Connect(ctx, r.env.endpoints.AdminDSN)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `CHECKPOINT`); err != nil {
+		return fmt.Errorf("checkpointing: %w", err)
+	}
+	return nil
+}
+
+// children maps the pids of the running components to their CPU groups.
+func (r *runner) children() map[int]string {
+	m := map[int]string{}
+	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {
+		if c != nil && c.running() {
+			m[c.cmd.Process.Pid] = name
+		}
+	}
+	return m
+}
+
+// cpuFrom returns a function that records the cores each group used from
+// now until it is called, under phase.
+func (r *runner) cpuFrom(phase string) func() {
+	start := sampleCPU(r.children())
+	return func() {
+		r.res.CPU = append(r.res.CPU, coresBetween(phase, start, sampleCPU(r.children())))
+	}
+}
+
 func (r *runner) stopAll() {
 	for _, c := range []*child{r.api, r.cdc, r.consumer} {
 		if c != nil {
@@ -61,7 +100,9 @@ func (r *runner) pgLimitPhase(ctx context.Context) error {
 	if err := schema.Migrate(ctx, dsn, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		return err
 	}
+	done := r.cpuFrom("postgres limit (pgbench: reaped)")
 	r.res.PGLimit, err = pgLimit(ctx, dsn, r.logDir, r.sz.pgClients, r.sz.pgDuration)
+	done()
 	return err
 }
 
@@ -75,8 +116,8 @@ func (r *runner) apiPhase(ctx context.Context) error {
 	if r.httpAddr, err = freeAddr(); err != nil {
 		return err
 	}
-	r.api, err = startChild(r.logDir, "api", "api", "--database-url", r.env.dsn,
-		"--grpc-addr", r.grpcAddr, "--http-addr", r.httpAddr, "--max-conns", strconv.Itoa(r.sz.apiClients), "--log-level", "warn")
+	r.api, err = startChild(r.logDir, "api", r.cfg.Profile, "api", "--database-url", r.env.dsn,
+		"--grpc-addr", r.grpcAddr, "--http-addr", r.httpAddr, "--log-level", "warn")
 	if err != nil {
 		return err
 	}
@@ -98,8 +139,18 @@ func (r *runner) apiPhase(ctx context.Context) error {
 		return err
 	}
 	defer closeGRPC()
+	if err := r.settle(ctx); err != nil {
+		return err
+	}
+	profiled, done := r.api.profileCPU(r.logDir, "api-grpc", r.sz.apiDuration-time.Second), r.cpuFrom("api gRPC")
 	r.res.APIGRPC = closedLoop(ctx, create, r.sz.apiClients, r.sz.apiDuration, "bench-api-grpc")
+	done()
+	profiled()
+	profiled, done = r.api.profileCPU(r.logDir, "api-rest", r.sz.apiDuration-time.Second), r.cpuFrom("api REST")
 	r.res.APIREST = closedLoop(ctx, restCreator(r.httpAddr, r.sz.apiClients), r.sz.apiClients, r.sz.apiDuration, "bench-api-rest")
+	done()
+	profiled()
+	r.api.profileHeap(r.logDir, "api")
 	if limit := r.res.PGLimit.BestCommitsPerSec; limit > 0 {
 		r.res.GRPCRatio = r.res.APIGRPC.PerSecond / limit
 		r.res.RESTRatio = r.res.APIREST.PerSecond / limit
@@ -150,16 +201,21 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.settle(ctx); err != nil {
+		return err
+	}
 	target, err := r.currentWAL(ctx)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	r.cdc, err = startChild(r.logDir, "cdc", "cdc", "--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap,
+	start, done := time.Now(), r.cpuFrom("cdc drain")
+	r.cdc, err = startChild(r.logDir, "cdc", r.cfg.Profile, "cdc", "--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap,
 		"--slot", r.env.slot, "--topic", "order="+r.env.topic, "--log-level", "warn")
 	if err != nil {
 		return err
 	}
+	profiled := r.cdc.profileCPU(r.logDir, "drain", 10*time.Second)
+	defer profiled()
 	err = waitFor(ctx, 10*time.Minute, "slot confirmed the backlog", func() (bool, error) {
 		if !r.cdc.running() {
 			return false, fmt.Errorf("cdc exited; see %s", r.cdc.log)
@@ -171,7 +227,9 @@ func (r *runner) drainPhase(ctx context.Context) error {
 		return err
 	}
 	secs := time.Since(start).Seconds()
+	done()
 	u, _ := r.cdc.sample()
+	r.cdc.profileHeap(r.logDir, "drain")
 	r.res.Drain = drainResult{Events: events, Seconds: secs, EventsPerSec: float64(events) / secs, PeakRSSBytes: u.PeakRSSBytes}
 	return nil
 }
@@ -193,7 +251,7 @@ func (r *runner) startConsumer(group string, batch int) (*child, error) {
 	if batch > 0 {
 		args = append(args, "--batch-size", strconv.Itoa(batch))
 	}
-	return startChild(r.logDir, "consumer-"+strings.TrimPrefix(group, r.env.group+"-"), args...)
+	return startChild(r.logDir, "consumer-"+strings.TrimPrefix(group, r.env.group+"-"), r.cfg.Profile, args...)
 }
 
 // timeApply starts a consumer group on the full topic and times it until
@@ -212,11 +270,13 @@ func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyR
 	for _, e := range ends {
 		total += int(e)
 	}
-	start := time.Now()
+	start, done := time.Now(), r.cpuFrom(fmt.Sprintf("consumer apply, batch %d", max(batch, 1)))
 	c, err := r.startConsumer(group, batch)
 	if err != nil {
 		return applyRun{}, nil, err
 	}
+	profiled := c.profileCPU(r.logDir, "apply", 10*time.Second)
+	defer profiled()
 	err = waitFor(ctx, 30*time.Minute, "consumer reached the end of the topic", func() (bool, error) {
 		if !c.running() {
 			return false, fmt.Errorf("consumer exited; see %s", c.log)
@@ -233,6 +293,8 @@ func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyR
 		return true, nil
 	})
 	secs := time.Since(start).Seconds()
+	r.consumer = c
+	done()
 	return applyRun{BatchSize: max(batch, 1), Events: total, Seconds: secs, EventsPerSec: float64(total) / secs}, c, err
 }
 
@@ -258,6 +320,9 @@ func (r *runner) applyPhase(ctx context.Context) error {
 	r.consumer.stop()
 	if _, err := r.env.pool.Exec(ctx, `TRUNCATE processed_events, shipments; UPDATE orders SET status = 'created' WHERE status = 'processed'`); err != nil {
 		return fmt.Errorf("resetting business state: %w", err)
+	}
+	if err := r.settle(ctx); err != nil {
+		return err
 	}
 	run, c, err = r.timeApply(ctx, r.env.group+"-on", r.sz.batchSize)
 	r.consumer = c
@@ -287,6 +352,9 @@ func (r *runner) endToEndPhase(ctx context.Context) error {
 		return err
 	}
 	defer closeGRPC()
+	if err := r.settle(ctx); err != nil {
+		return err
+	}
 
 	before := map[string]usage{}
 	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {
@@ -319,7 +387,16 @@ func (r *runner) endToEndPhase(ctx context.Context) error {
 				}
 			}
 		}()
+		var profiled []func()
+		for _, c := range []*child{r.api, r.cdc, r.consumer} {
+			profiled = append(profiled, c.profileCPU(r.logDir, "e2e-"+strconv.Itoa(rate), r.sz.rateDuration-time.Second))
+		}
+		done := r.cpuFrom(fmt.Sprintf("end to end, %d/s", rate))
 		load := openLoop(ctx, create, rate, r.sz.rateDuration, customer, 512)
+		done()
+		for _, wait := range profiled {
+			wait()
+		}
 		err := waitFor(ctx, 5*time.Minute, "orders of rate "+strconv.Itoa(rate)+" applied", func() (bool, error) {
 			var pending int
 			err := r.env.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE customer_id = $1 AND status = 'created'`, customer).Scan(&pending)

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,13 +23,25 @@ type child struct {
 	cmd    *exec.Cmd
 	log    string
 	exited chan struct{}
+	// pprofAddr serves the child's runtime profiles; empty unless the run
+	// profiles.
+	pprofAddr string
 }
 
-// startChild runs `<self> <args...>`, logging to dir/<name>.log.
-func startChild(dir, name string, args ...string) (*child, error) {
+// startChild runs `<self> <args...>`, logging to dir/<name>.log. With
+// profile set, the child also serves its runtime profiles on a free
+// loopback port.
+func startChild(dir, name string, profile bool, args ...string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("locating own binary: %w", err)
+	}
+	var pprofAddr string
+	if profile {
+		if pprofAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append([]string{"--pprof-addr", pprofAddr}, args...)
 	}
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
@@ -41,7 +55,7 @@ func startChild(dir, name string, args ...string) (*child, error) {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, log: logPath, exited: make(chan struct{}), pprofAddr: pprofAddr}
 	go func() { _ = cmd.Wait(); f.Close(); close(c.exited) }()
 	return c, nil
 }
@@ -126,5 +140,61 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 			return fmt.Errorf("%s: not reached within %s", what, timeout)
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// profileCPU records a CPU profile of the child over d in the background,
+// into dir/<label>-<name>.cpu.pprof; the returned func waits for it. It does
+// nothing when the child serves no profiles.
+func (c *child) profileCPU(dir, label string, d time.Duration) (wait func()) {
+	if c.pprofAddr == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.fetchProfile(fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), filepath.Join(dir, label+"-"+c.name+".cpu.pprof"))
+	}()
+	return func() { <-done }
+}
+
+// profileHeap writes the child's heap profile (in use and allocated since
+// start) to dir/<label>-<name>.heap.pprof, after a garbage collection.
+func (c *child) profileHeap(dir, label string) {
+	if c.pprofAddr != "" {
+		c.fetchProfile("heap?gc=1", filepath.Join(dir, label+"-"+c.name+".heap.pprof"))
+	}
+}
+
+// fetchProfile saves /debug/pprof/<what> to path. A failure is written to
+// path+".err" rather than failing the run: profiles explain figures, they
+// are not figures.
+func (c *child) fetchProfile(what, path string) {
+	fail := func(err error) { _ = os.WriteFile(path+".err", []byte(err.Error()+"\n"), 0o644) }
+	// A child just started may not listen yet.
+	var resp *http.Response
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err = http.Get("http://" + c.pprofAddr + "/debug/pprof/" + what)
+		if err == nil || time.Now().After(deadline) || !c.running() {
+			break
+		}
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if resp.StatusCode != http.StatusOK {
+		fail(fmt.Errorf("%s: %s: %s", what, resp.Status, body))
+		return
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		fail(err)
 	}
 }

@@ -39,11 +39,26 @@ func (res *Results) printTable(w io.Writer) {
 	}
 	p("EventForge bench\t%s, %d CPUs, %s, %.0f s", kind, res.CPUs, res.GoVersion, res.ElapsedSecs)
 	p("\t")
+	ran := map[string]bool{}
+	for _, ph := range res.Phases {
+		ran[ph] = true
+	}
+	if len(res.Phases) < 5 {
+		p("phases run\t%v (the others are not: their figures are missing)", res.Phases)
+	}
 	p("1. PostgreSQL limit (pgbench, order tx)\t%.0f commits/s (best of %v clients: %d)", res.PGLimit.BestCommitsPerSec, keys(res.PGLimit.ByClients), res.PGLimit.BestClients)
 	p("2. API gRPC, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit (target ≥ 70%%)",
 		res.APIClients, res.APIGRPC.PerSecond, ms(res.APIGRPC.P50), ms(res.APIGRPC.P99), res.APIGRPC.Errors, 100*res.GRPCRatio)
 	p("   API REST, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit",
 		res.APIClients, res.APIREST.PerSecond, ms(res.APIREST.P50), ms(res.APIREST.P99), res.APIREST.Errors, 100*res.RESTRatio)
+	for _, l := range []struct {
+		name string
+		res  loadResult
+	}{{"gRPC", res.APIGRPC}, {"REST", res.APIREST}} {
+		if l.res.FirstError != "" {
+			p("   first %s error\t%s", l.name, l.res.FirstError)
+		}
+	}
 	p("3. CDC drain of %d events\t%.0f events/s in %.1f s (target ≥ 50,000), peak RSS %s (target ≤ 64 MiB)",
 		res.Drain.Events, res.Drain.EventsPerSec, res.Drain.Seconds, mib(res.Drain.PeakRSSBytes))
 	p("4. End to end (open loop)\t")
@@ -64,6 +79,10 @@ func (res *Results) printTable(w io.Writer) {
 	for _, name := range []string{"api", "cdc", "consumer"} {
 		c := res.Components[name]
 		p("   %s\tpeak RSS %s, %.2f CPU s per 1,000 orders", name, mib(c.PeakRSSBytes), c.CPUSecondsPer1000)
+	}
+	p("7. CPU by phase (cores used of %d)\t", res.CPUs)
+	for _, pc := range res.CPU {
+		p("   %s\t%s", pc.Phase, pc)
 	}
 	_ = tw.Flush()
 }
@@ -131,28 +150,30 @@ func (res *Results) writeCharts(prefix string) ([]string, error) {
 }
 
 // check reports every figure the run failed to produce, so a harness that
-// rots fails loudly instead of printing zeros.
-func (res *Results) check() error {
+// rots fails loudly instead of printing zeros. ran names the phases run.
+func (res *Results) check(ran map[string]bool) error {
 	var missing []string
-	need := func(ok bool, what string) {
-		if !ok {
+	need := func(phase string, ok bool, what string) {
+		if ran[phase] && !ok {
 			missing = append(missing, what)
 		}
 	}
-	need(res.PGLimit.BestCommitsPerSec > 0, "PostgreSQL limit")
-	need(res.APIGRPC.Requests > 0 && res.APIGRPC.P99 > 0, "API gRPC throughput and latency")
-	need(res.APIREST.Requests > 0 && res.APIREST.P99 > 0, "API REST throughput and latency")
-	need(res.Drain.Events > 0 && res.Drain.EventsPerSec > 0 && res.Drain.PeakRSSBytes > 0, "CDC drain rate and peak RSS")
-	need(res.Apply.Off.Events > 0 && res.Apply.Off.EventsPerSec > 0, "consumer apply rate")
-	need(len(res.EndToEnd) > 0, "end-to-end phases")
+	need("postgres", res.PGLimit.BestCommitsPerSec > 0, "PostgreSQL limit")
+	need("api", res.APIGRPC.Requests > 0 && res.APIGRPC.P99 > 0, "API gRPC throughput and latency")
+	need("api", res.APIREST.Requests > 0 && res.APIREST.P99 > 0, "API REST throughput and latency")
+	need("drain", res.Drain.Events > 0 && res.Drain.EventsPerSec > 0 && res.Drain.PeakRSSBytes > 0, "CDC drain rate and peak RSS")
+	need("apply", res.Apply.Off.Events > 0 && res.Apply.Off.EventsPerSec > 0, "consumer apply rate")
+	need("e2e", len(res.EndToEnd) > 0, "end-to-end phases")
 	for _, r := range res.EndToEnd {
-		need(r.Orders > 0 && r.CommitToAck.P99 > 0 && r.CommitToApplied.P99 > 0, fmt.Sprintf("end-to-end latency at %d/s", r.OfferedPerSec))
+		need("e2e", r.Orders > 0 && r.CommitToAck.P99 > 0 && r.CommitToApplied.P99 > 0, fmt.Sprintf("end-to-end latency at %d/s", r.OfferedPerSec))
 	}
 	for _, name := range []string{"api", "cdc", "consumer"} {
 		c := res.Components[name]
-		need(c.PeakRSSBytes > 0 && c.CPUSeconds > 0, name+" peak RSS and CPU")
+		need("e2e", c.PeakRSSBytes > 0 && c.CPUSeconds > 0, name+" peak RSS and CPU")
 	}
-	need(len(res.Throughput) > 0, "throughput over time")
+	need("e2e", len(res.Throughput) > 0, "throughput over time")
+	need("postgres", len(res.CPU) > 0, "CPU by phase")
+	need("api", len(res.CPU) > 0, "CPU by phase")
 	if len(missing) > 0 {
 		return fmt.Errorf("figures missing: %v", missing)
 	}

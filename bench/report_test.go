@@ -8,14 +8,20 @@ import (
 
 func TestCheckNamesMissingFigures(t *testing.T) {
 	var empty Results
-	err := empty.check()
+	all := map[string]bool{"postgres": true, "api": true, "drain": true, "apply": true, "e2e": true}
+	err := empty.check(all)
 	if err == nil {
 		t.Fatal("empty results passed the check")
 	}
-	for _, want := range []string{"PostgreSQL limit", "API gRPC", "CDC drain", "consumer apply", "end-to-end phases", "cdc peak RSS"} {
+	for _, want := range []string{"PostgreSQL limit", "API gRPC", "CDC drain", "consumer apply", "end-to-end phases", "cdc peak RSS", "CPU by phase"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("check error %q does not name %q", err, want)
 		}
+	}
+	// A run of some phases is checked for their figures only.
+	err = empty.check(map[string]bool{"drain": true})
+	if err == nil || !strings.Contains(err.Error(), "CDC drain") || strings.Contains(err.Error(), "API gRPC") {
+		t.Errorf("drain-only check: %v; want the drain figures named, and only them", err)
 	}
 }
 

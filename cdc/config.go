@@ -37,7 +37,11 @@ type Config struct {
 	TopicFallback string `name:"topic-fallback" help:"Topic for unrouted aggregate types ({aggregatetype} is replaced)." default:"eventforge.{aggregatetype}"`
 	// StatusInterval is how often the confirmed position is reported to
 	// PostgreSQL (also sent at once when the server asks).
-	StatusInterval time.Duration `name:"status-interval" help:"How often to report the confirmed LSN to PostgreSQL." default:"2s"`
+	StatusInterval time.Duration `name:"status-interval" help:"How often to report the confirmed LSN to PostgreSQL when nothing new was acknowledged." default:"2s"`
+	// ConfirmInterval is how soon WAL that Kafka newly acknowledged is
+	// confirmed: at most one status update per interval while the
+	// confirmable position moves.
+	ConfirmInterval time.Duration `name:"confirm-interval" help:"Confirm newly acknowledged WAL to PostgreSQL at most this often." default:"100ms"`
 	// NoCreateSlot makes a missing slot an error instead of creating it.
 	NoCreateSlot bool `name:"no-create-slot" help:"Fail if the slot does not exist instead of creating it."`
 	// FlushTimeout bounds how long shutdown waits for Kafka to acknowledge
@@ -77,6 +81,7 @@ func DefaultConfig() Config {
 		Topics:            map[string]string{"order": "eventforge.orders"},
 		TopicFallback:     "eventforge.{aggregatetype}",
 		StatusInterval:    2 * time.Second,
+		ConfirmInterval:   100 * time.Millisecond,
 		FlushTimeout:      10 * time.Second,
 		MaxBackoff:        10 * time.Second,
 		HeartbeatInterval: 10 * time.Second,
@@ -104,8 +109,8 @@ func (c Config) Validate() error {
 	if _, _, ok := strings.Cut(c.OutboxTable, "."); !ok {
 		errs = append(errs, fmt.Errorf("outbox-table %q: want schema.table", c.OutboxTable))
 	}
-	if c.StatusInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 {
-		errs = append(errs, errors.New("status-interval, flush-timeout, max-backoff, heartbeat-interval and standby-retry must be positive"))
+	if c.StatusInterval <= 0 || c.ConfirmInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 {
+		errs = append(errs, errors.New("status-interval, confirm-interval, flush-timeout, max-backoff, heartbeat-interval and standby-retry must be positive"))
 	}
 	if c.MaxInflightEvents < 1 || c.MaxInflightBytes < 1 {
 		errs = append(errs, errors.New("max-inflight-events and max-inflight-bytes must be at least 1"))

@@ -512,6 +512,7 @@ type session struct {
 	failed  chan error    // first delivery failure
 	space   chan struct{} // an acknowledgement made room in flight
 	sentLSN atomic.Uint64
+	sentAt  time.Time // when the last status update went out (loop goroutine)
 }
 
 // onDelivery runs on the publisher's delivery-report goroutine.
@@ -585,6 +586,7 @@ func (s *session) sendStatus(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("confirming lsn %s: %w", confirmed, err)
 	}
+	s.sentAt = time.Now()
 	s.m.confirmedLSN.Set(float64(confirmed))
 	if prev := pglogrepl.LSN(s.sentLSN.Swap(uint64(confirmed))); prev != confirmed {
 		s.logger.Debug("confirmed", "lsn", confirmed.String())
@@ -595,6 +597,29 @@ func (s *session) sendStatus(ctx context.Context) error {
 // full reports whether the in-flight bounds are reached.
 func (s *session) full() bool {
 	return s.tracker.Inflight() >= s.cfg.MaxInflightEvents || s.tracker.InflightBytes() >= s.cfg.MaxInflightBytes
+}
+
+// confirmDue reports whether Kafka acknowledged WAL that was not confirmed
+// yet, and the last status update is at least a confirm interval old.
+func (s *session) confirmDue(now time.Time) bool {
+	return s.tracker.Confirmable() != pglogrepl.LSN(s.sentLSN.Load()) && now.Sub(s.sentAt) >= s.cfg.ConfirmInterval
+}
+
+// wakeAt is when waiting for the next replication message must stop: at the
+// next status update, or, while events await acknowledgement or acknowledged
+// WAL awaits confirmation, at the next confirm interval boundary, so that
+// the last acknowledgements of a burst are confirmed promptly even when no
+// message follows them. Boundaries are aligned so the deadline, and the
+// context behind it, changes at most once per interval.
+func (s *session) wakeAt(now, nextStatus time.Time) time.Time {
+	if s.tracker.Inflight() == 0 && s.tracker.Confirmable() == pglogrepl.LSN(s.sentLSN.Load()) {
+		return nextStatus
+	}
+	tick := now.Truncate(s.cfg.ConfirmInterval).Add(s.cfg.ConfirmInterval)
+	if tick.Before(nextStatus) {
+		return tick
+	}
+	return nextStatus
 }
 
 // loop receives and handles replication messages until ctx is cancelled
@@ -615,7 +640,8 @@ func (s *session) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !time.Now().Before(nextStatus) {
+		now := time.Now()
+		if !now.Before(nextStatus) || s.confirmDue(now) {
 			if err := s.sendStatus(ctx); err != nil {
 				return err
 			}
@@ -642,7 +668,7 @@ func (s *session) loop(ctx context.Context) error {
 			continue
 		}
 
-		raw, err := s.conn.ReceiveMessage(rd.until(ctx, nextStatus))
+		raw, err := s.conn.ReceiveMessage(rd.until(ctx, s.wakeAt(now, nextStatus)))
 		if err != nil {
 			if pgconn.Timeout(err) || ctx.Err() != nil {
 				continue

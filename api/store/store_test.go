@@ -120,3 +120,44 @@ func TestCancelOrderTransitions(t *testing.T) {
 		t.Fatalf("status %q, %v after a failed cancel", status, err)
 	}
 }
+
+// TestCreateOrderIsAtomic: a create whose last statement fails (the outbox
+// insert, on a duplicate event ID) leaves neither the order nor its items,
+// with and without an idempotency key (one round trip and an explicit
+// transaction); the connection it used stays usable.
+func TestCreateOrderIsAtomic(t *testing.T) {
+	env := testenv.New(t)
+	s := New(env.Pool)
+	ctx := context.Background()
+	first, ev := newOrder(t)
+	if _, err := s.CreateOrder(ctx, first, ev, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []*IdempotencyKey{nil, {Key: "k-atomic", RequestHash: []byte("h")}} {
+		o, _ := newOrder(t)
+		clash := ev
+		clash.AggregateID = o.ID.String()
+		if _, err := s.CreateOrder(ctx, o, clash, key); err == nil {
+			t.Fatalf("key %v: create with a duplicate event ID succeeded", key)
+		}
+		var orders, items, keys int
+		if err := env.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM orders WHERE id = $1),
+			(SELECT count(*) FROM order_items WHERE order_id = $1),
+			(SELECT count(*) FROM idempotency_keys)`, o.ID).Scan(&orders, &items, &keys); err != nil {
+			t.Fatal(err)
+		}
+		if orders != 0 || items != 0 || keys != 0 {
+			t.Fatalf("key %v: failed create left %d orders, %d items, %d keys; want none", key, orders, items, keys)
+		}
+	}
+	for range 20 { // more creates than the pool has connections
+		o, ev := newOrder(t)
+		if _, err := s.CreateOrder(ctx, o, ev, nil); err != nil {
+			t.Fatalf("create after a failed one: %v", err)
+		}
+	}
+	var n int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM orders o JOIN outbox ob ON ob.aggregateid = o.id::text`).Scan(&n); err != nil || n != 21 {
+		t.Fatalf("orders with their event: %d, %v; want 21", n, err)
+	}
+}

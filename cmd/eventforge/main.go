@@ -22,6 +22,7 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 	"github.com/eventforge/eventforge/internal/logging"
+	"github.com/eventforge/eventforge/internal/profiling"
 	"github.com/eventforge/eventforge/internal/tracing"
 )
 
@@ -29,6 +30,7 @@ import (
 type globals struct {
 	LogLevel   string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
 	Failpoints string `name:"failpoints" help:"Arm failpoints, e.g. cdc.after_ack_before_confirm=crash (testing and drills only)."`
+	PprofAddr  string `name:"pprof-addr" help:"Serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (empty: off; keep it on loopback)."`
 
 	// Tracing is --otlp-endpoint and --trace-sample-ratio.
 	Tracing tracing.Config `embed:""`
@@ -114,6 +116,15 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	profiles, err := profiling.Listen(c.PprofAddr)
+	if err != nil {
+		return fmt.Errorf("--pprof-addr: %w", err)
+	}
+	go func() {
+		if err := profiling.Serve(ctx, profiles, logger); err != nil {
+			logger.Error("profiles endpoint stopped", "err", err)
+		}
+	}()
 	err = kctx.Run(&runEnv{ctx: ctx, logger: logger})
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -6,7 +6,6 @@ package fulfillment
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -24,76 +23,85 @@ const Name = "fulfillment"
 // runtime retries the event, then dead-letters it.
 var ErrOrderNotFound = fmt.Errorf("order not found: %w", runtime.ErrNotFound)
 
-// Handler applies order events for fulfillment.
+// Handler applies order events for fulfillment. Each event is one
+// statement, so a batch of events goes out in one round trip (Queue).
 type Handler struct{}
 
 // Apply implements runtime.Handler.
-func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
+func (h Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
+	b := &pgx.Batch{}
+	if err := h.Queue(b, ev); err != nil {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// Queue implements runtime.Batcher.
+func (Handler) Queue(b *pgx.Batch, ev runtime.Event) error {
 	switch ev.Type {
 	case payload.TypeOrderCreated:
 		created, err := payload.Created(ev)
 		if err != nil {
 			return err
 		}
-		return process(ctx, tx, created.GetOrderId())
+		queue(b, processSQL, created.GetOrderId(), "marking order %s processed")
+		return nil
 	case payload.TypeOrderCancelled:
 		cancelled, err := payload.Cancelled(ev)
 		if err != nil {
 			return err
 		}
-		return cancel(ctx, tx, cancelled.GetOrderId())
+		queue(b, cancelSQL, cancelled.GetOrderId(), "cancelling order %s")
+		return nil
 	default:
 		return payload.Unknown(ev)
 	}
 }
 
-// lockStatus locks the order row and returns its status.
-func lockStatus(ctx context.Context, tx pgx.Tx, orderID string) (string, error) {
-	var status string
-	err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
-	}
-	if err != nil {
-		return "", fmt.Errorf("locking order %s: %w", orderID, err)
-	}
-	return status, nil
-}
+// The two changes, one statement each. Both answer whether the order exists
+// (in the statement's snapshot, or because the statement changed it), so a
+// missing order rolls the transaction back instead of leaving a mark
+// without an effect.
+//
+// processSQL moves a created order to processed and creates its shipment;
+// an order already past created (e.g. cancelled) is left as it is and gets
+// no shipment. The UPDATE's condition is re-checked on the newest version
+// of a row a concurrent transaction changed, so an order cancelled
+// meanwhile is never processed.
+//
+// cancelSQL marks the order cancelled (the order API may have done so
+// already, in the transaction that recorded the event) and cancels its
+// shipment, if it has one.
+const (
+	processSQL = `WITH processed AS (
+	UPDATE orders SET status = 'processed', updated_at = now()
+	WHERE id = $1 AND status = 'created'
+	RETURNING id
+), shipped AS (
+	INSERT INTO shipments (order_id) SELECT id FROM processed
+)
+SELECT EXISTS (SELECT FROM processed) OR EXISTS (SELECT FROM orders WHERE id = $1)`
 
-// process moves a created order to processed and creates its shipment. An
-// order already past created (e.g. cancelled) gets no shipment.
-func process(ctx context.Context, tx pgx.Tx, orderID string) error {
-	status, err := lockStatus(ctx, tx, orderID)
-	if err != nil {
-		return err
-	}
-	if status != "created" {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `UPDATE orders SET status = 'processed', updated_at = now() WHERE id = $1`, orderID); err != nil {
-		return fmt.Errorf("marking order %s processed: %w", orderID, err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, orderID); err != nil {
-		return fmt.Errorf("creating shipment for order %s: %w", orderID, err)
-	}
-	return nil
-}
+	cancelSQL = `WITH cancelled AS (
+	UPDATE orders SET status = 'cancelled', updated_at = now()
+	WHERE id = $1 AND status <> 'cancelled'
+	RETURNING id
+), shipment AS (
+	UPDATE shipments SET cancelled_at = now() WHERE order_id = $1 AND cancelled_at IS NULL
+)
+SELECT EXISTS (SELECT FROM cancelled) OR EXISTS (SELECT FROM orders WHERE id = $1)`
+)
 
-// cancel marks the order cancelled (the order API may have done so already,
-// in the transaction that recorded the event) and cancels its shipment, if
-// it has one.
-func cancel(ctx context.Context, tx pgx.Tx, orderID string) error {
-	status, err := lockStatus(ctx, tx, orderID)
-	if err != nil {
-		return err
-	}
-	if status != "cancelled" {
-		if _, err := tx.Exec(ctx, `UPDATE orders SET status = 'cancelled', updated_at = now() WHERE id = $1`, orderID); err != nil {
-			return fmt.Errorf("marking order %s cancelled: %w", orderID, err)
+// queue adds one change and its check: the order must exist.
+func queue(b *pgx.Batch, sql, orderID, what string) {
+	b.Queue(sql, orderID).QueryRow(func(row pgx.Row) error {
+		var found bool
+		if err := row.Scan(&found); err != nil {
+			return fmt.Errorf(what+": %w", orderID, err)
 		}
-	}
-	if _, err := tx.Exec(ctx, `UPDATE shipments SET cancelled_at = now() WHERE order_id = $1 AND cancelled_at IS NULL`, orderID); err != nil {
-		return fmt.Errorf("cancelling shipment of order %s: %w", orderID, err)
-	}
-	return nil
+		if !found {
+			return fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
+		}
+		return nil
+	})
 }

@@ -73,6 +73,17 @@ type Handler interface {
 	Apply(ctx context.Context, tx pgx.Tx, ev Event) error
 }
 
+// Batcher is implemented by a Handler that can queue an event's statements
+// on a pgx.Batch instead of running them, so that the runtime sends the
+// statements of a whole batch of events in one round trip. Queue must do
+// what Apply does, with the same errors: it returns errors found before any
+// statement runs (a payload that does not decode) and checks results in the
+// callbacks of the queries it queues (pgx.QueuedQuery), whose errors roll
+// the transaction back like an error of Apply.
+type Batcher interface {
+	Queue(b *pgx.Batch, ev Event) error
+}
+
 // DB starts transactions; *pgxpool.Pool implements it.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)

@@ -52,6 +52,32 @@ func (h fakeHandler) Apply(ctx context.Context, tx pgx.Tx, ev Event) error {
 	return err
 }
 
+// batchingHandler is fakeHandler as a Batcher: a batch's inserts go out in
+// one pipeline. A record whose payload is "late-poison" fails in its
+// statement's result callback, after the pipeline was sent.
+type batchingHandler struct{ fakeHandler }
+
+func (h batchingHandler) Apply(ctx context.Context, tx pgx.Tx, ev Event) error {
+	if string(ev.Payload) == "late-poison" {
+		return fmt.Errorf("%w: rejected by its statement", ErrInvalid)
+	}
+	return h.fakeHandler.Apply(ctx, tx, ev)
+}
+
+func (h batchingHandler) Queue(b *pgx.Batch, ev Event) error {
+	if string(ev.Payload) == "poison" {
+		return fmt.Errorf("%w: payload is not JSON", ErrMalformed)
+	}
+	b.Queue(`INSERT INTO test_effects (event_id, key, payload) VALUES ($1, $2, $3)`, ev.ID, ev.Key, string(ev.Payload)).
+		Exec(func(pgconn.CommandTag) error {
+			if string(ev.Payload) == "late-poison" {
+				return fmt.Errorf("%w: rejected by its statement", ErrInvalid)
+			}
+			return nil
+		})
+	return nil
+}
+
 type record struct {
 	partition int32
 	key       string
@@ -201,19 +227,35 @@ func readDLQ(t *testing.T, env *testenv.Env) []dlq.Entry {
 // TestBatchIsolatesPoison: a record that cannot be applied sits in the
 // middle of a batch. The batch fails, is retried record by record, the
 // poison record goes to the DLQ at its first attempt, every other record is
-// applied once, and the partition's offset reaches its end.
+// applied once, and the partition's offset reaches its end. With a Batcher
+// the poison is refused once before anything is sent, and once by its
+// statement's result inside the sent pipeline.
 func TestBatchIsolatesPoison(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler Handler
+		poison  string
+	}{
+		{"apply", fakeHandler{}, "poison"},
+		{"batcher refuses before sending", batchingHandler{}, "poison"},
+		{"batcher statement fails", batchingHandler{}, "late-poison"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testBatchIsolatesPoison(t, tc.handler, tc.poison) })
+	}
+}
+
+func testBatchIsolatesPoison(t *testing.T, handler Handler, poison string) {
 	env := testenv.New(t)
 	var recs []record
 	for i := range 61 {
 		r := record{partition: 0, key: fmt.Sprintf("k%d", i), id: uuid.New(), payload: fmt.Sprintf("p%d", i)}
 		if i == 30 {
-			r.payload = "poison"
+			r.payload = poison
 		}
 		recs = append(recs, r)
 	}
 	produce(t, env.Endpoints.KafkaBootstrap, env.Topic, recs)
-	h := start(t, env, Options{BatchSize: 25, Workers: 2}, fakeHandler{})
+	h := start(t, env, Options{BatchSize: 25, Workers: 2}, handler)
 	h.waitCommitted(t)
 
 	effects := h.effects(t)
@@ -235,7 +277,7 @@ func TestBatchIsolatesPoison(t *testing.T) {
 	}
 	e := es[0]
 	if e.EventID != recs[30].id.String() || e.Class != string(ClassPermanent) || e.Attempts != 1 || e.OriginalOffset != 30 ||
-		e.OriginalTopic != env.Topic || e.Consumer != h.name || string(e.Value) != "poison" {
+		e.OriginalTopic != env.Topic || e.Consumer != h.name || string(e.Value) != poison {
 		t.Errorf("DLQ record %+v", e)
 	}
 	if a, d := h.count(ResultApplied), h.count(ResultDeadLettered); a != 60 || d != 1 {

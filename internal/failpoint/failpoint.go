@@ -150,6 +150,15 @@ func Armed() []string {
 	return out
 }
 
+// IsArmed reports whether the named point is armed, for code that must take
+// a path where the point can fire.
+func IsArmed(name string) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ok := armed[name]
+	return ok
+}
+
 // Eval is placed at a named point. When the point is not armed it returns nil
 // at the cost of one map lookup under a mutex. When armed it crashes the
 // process, returns ErrInjected, or sleeps, as configured.

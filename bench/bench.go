@@ -86,6 +86,11 @@ type drainResult struct {
 	Seconds      float64 `json:"seconds"`
 	EventsPerSec float64 `json:"events_per_sec"`
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	// Recvlogical* is the same backlog streamed by PostgreSQL's own client,
+	// pg_recvlogical, from a copy of the slot to /dev/null: a reference
+	// for the reader, which also publishes every event to Kafka.
+	RecvlogicalSeconds float64 `json:"pg_recvlogical_seconds"`
+	RecvlogicalPerSec  float64 `json:"pg_recvlogical_events_per_sec"`
 }
 
 type applyRun struct {

@@ -106,7 +106,7 @@ func (e *env) cleanup(logger *slog.Logger) {
 	}
 	defer admin.Close(ctx)
 	for i := 0; i < 50; i++ {
-		if _, err = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, e.slot); err == nil {
+		if _, err = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ($1, $2)`, e.slot, recvlogicalSlot(e.slot)); err == nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -30,14 +30,15 @@ INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers) VALU
 
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
-// pgbenchPath finds pgbench: PATH first, then the PostgreSQL 15 packages.
-func pgbenchPath() (string, error) {
-	if p, err := exec.LookPath("pgbench"); err == nil {
+// pgToolPath finds a PostgreSQL client program: PATH first, then the
+// PostgreSQL 15 packages.
+func pgToolPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	p := "/usr/lib/postgresql/15/bin/pgbench"
+	p := "/usr/lib/postgresql/15/bin/" + name
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("pgbench not found on PATH or at %s (Debian package postgresql-client-15)", p)
+		return "", fmt.Errorf("%s not found on PATH or at %s (Debian package postgresql-client-15)", name, p)
 	}
 	return p, nil
 }
@@ -79,7 +80,7 @@ func commitOrders(ctx context.Context, dsn, workDir string, n int) error {
 // runPgbench runs the order transaction script with extra pgbench
 // arguments and returns the transactions per second it reports.
 func runPgbench(ctx context.Context, dsn, workDir string, args ...string) (float64, error) {
-	bin, err := pgbenchPath()
+	bin, err := pgToolPath("pgbench")
 	if err != nil {
 		return 0, err
 	}

@@ -208,6 +208,9 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := copySlot(ctx, r.env.pool, r.env.slot); err != nil {
+		return err
+	}
 	start, done := time.Now(), r.cpuFrom("cdc drain")
 	r.cdc, err = startChild(r.logDir, "cdc", r.cfg.Profile, "cdc", "--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap,
 		"--slot", r.env.slot, "--topic", "order="+r.env.topic, "--log-level", "warn")
@@ -231,6 +234,17 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	u, _ := r.cdc.sample()
 	r.cdc.profileHeap(r.logDir, "drain")
 	r.res.Drain = drainResult{Events: events, Seconds: secs, EventsPerSec: float64(events) / secs, PeakRSSBytes: u.PeakRSSBytes}
+
+	// The same backlog through PostgreSQL's own client, after the reader,
+	// so the reader never streams WAL this run already read.
+	done = r.cpuFrom("pg_recvlogical drain")
+	limitSecs, err := recvlogicalDrain(ctx, r.env.pool, r.env.dsn, r.env.slot, target)
+	done()
+	if err != nil {
+		return err
+	}
+	r.res.Drain.RecvlogicalSeconds = limitSecs
+	r.res.Drain.RecvlogicalPerSec = float64(events) / limitSecs
 	return nil
 }
 

@@ -61,6 +61,10 @@ func (res *Results) printTable(w io.Writer) {
 	}
 	p("3. CDC drain of %d events\t%.0f events/s in %.1f s (target ≥ 50,000), peak RSS %s (target ≤ 64 MiB)",
 		res.Drain.Events, res.Drain.EventsPerSec, res.Drain.Seconds, mib(res.Drain.PeakRSSBytes))
+	if res.Drain.RecvlogicalPerSec > 0 {
+		p("   same backlog, pg_recvlogical to /dev/null\t%.0f events/s in %.1f s — the reader drained at %.2f× its rate",
+			res.Drain.RecvlogicalPerSec, res.Drain.RecvlogicalSeconds, res.Drain.EventsPerSec/res.Drain.RecvlogicalPerSec)
+	}
 	p("4. End to end (open loop)\t")
 	for _, r := range res.EndToEnd {
 		p("   %d orders/s offered (%.0f achieved, %d late)\tcommit→ack p50 %s p95 %s p99 %s max %s | commit→applied p50 %s p95 %s p99 %s max %s | max slot lag %s",
@@ -162,6 +166,7 @@ func (res *Results) check(ran map[string]bool) error {
 	need("api", res.APIGRPC.Requests > 0 && res.APIGRPC.P99 > 0, "API gRPC throughput and latency")
 	need("api", res.APIREST.Requests > 0 && res.APIREST.P99 > 0, "API REST throughput and latency")
 	need("drain", res.Drain.Events > 0 && res.Drain.EventsPerSec > 0 && res.Drain.PeakRSSBytes > 0, "CDC drain rate and peak RSS")
+	need("drain", res.Drain.RecvlogicalPerSec > 0, "pg_recvlogical reference drain")
 	need("apply", res.Apply.Off.Events > 0 && res.Apply.Off.EventsPerSec > 0, "consumer apply rate")
 	need("e2e", len(res.EndToEnd) > 0, "end-to-end phases")
 	for _, r := range res.EndToEnd {

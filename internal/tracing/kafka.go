@@ -40,9 +40,11 @@ func (c HeaderCarrier) Get(key string) string {
 	return ""
 }
 
-// Set replaces the headers named key by one with value.
+// Set replaces the headers named key by one with value. It builds a new
+// slice (one allocation) and never writes to the caller's backing array,
+// which may be shared.
 func (c HeaderCarrier) Set(key, value string) {
-	kept := (*c.Headers)[:0:0]
+	kept := make([]kafka.Header, 0, len(*c.Headers)+1)
 	for _, h := range *c.Headers {
 		if h.Key != key {
 			kept = append(kept, h)
@@ -71,9 +73,10 @@ func StartPublish(ctx context.Context, msg *kafka.Message) {
 	carrier := HeaderCarrier{&msg.Headers}
 	parent := Propagator().Extract(ctx, carrier)
 	topic := topicOf(msg.TopicPartition)
-	_, span := Tracer().Start(parent, topic+" publish",
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(append(recordAttrs(msg), semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))...))
+	_, span := Tracer().Start(parent, topic+" publish", trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() { // attributes cost allocations; nobody sees those of a span that records nothing
+		span.SetAttributes(append(recordAttrs(msg), semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))...)
+	}
 	Propagator().Inject(trace.ContextWithSpan(ctx, span), carrier)
 	msg.Opaque = &published{opaque: msg.Opaque, span: span}
 }
@@ -106,13 +109,16 @@ func EndPublish(opaque any, err error) any {
 // line. End the span with EndSpan.
 func StartProcess(ctx context.Context, consumer string, m *kafka.Message) (context.Context, trace.Span) {
 	parent := Propagator().Extract(ctx, HeaderCarrier{&m.Headers})
-	attrs := append(recordAttrs(m), semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
-		semconv.MessagingConsumerGroupName("eventforge-"+consumer))
-	if m.TopicPartition.Offset >= 0 {
-		attrs = append(attrs, semconv.MessagingKafkaOffset(int(m.TopicPartition.Offset)))
+	ctx, span := Tracer().Start(parent, topicOf(m.TopicPartition)+" process", trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		attrs := append(recordAttrs(m), semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+			semconv.MessagingConsumerGroupName("eventforge-"+consumer))
+		if m.TopicPartition.Offset >= 0 {
+			attrs = append(attrs, semconv.MessagingKafkaOffset(int(m.TopicPartition.Offset)))
+		}
+		span.SetAttributes(attrs...)
 	}
-	return Tracer().Start(parent, topicOf(m.TopicPartition)+" process",
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return ctx, span
 }
 
 // StartProcessBatch starts the consumer span of each record of a batch

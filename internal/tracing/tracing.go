@@ -11,7 +11,7 @@
 //
 // Spans are always created and sampled by the configured ratio, exporter or
 // not, so that trace IDs propagate and appear in logs even when nothing is
-// exported. Order and event IDs go on spans as attributes (they link traces)
+// exported; without an exporter they record nothing (idOnlyProvider). Order and event IDs go on spans as attributes (they link traces)
 // and never on metric labels.
 package tracing
 
@@ -81,25 +81,22 @@ func Setup(ctx context.Context, cfg Config, component string, logger *slog.Logge
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid tracing config: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{
+	if cfg.OTLPEndpoint == "" {
+		Install(newIDOnlyProvider(cfg.SampleRatio), logger)
+		logger.Debug("tracing ready", "exporting", false, "trace_sample_ratio", cfg.SampleRatio)
+		return func(context.Context) error { return nil }, nil
+	}
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(cfg.OTLPEndpoint))
+	if err != nil {
+		return nil, fmt.Errorf("creating otlp exporter for %s: %w", cfg.OTLPEndpoint, err)
+	}
+	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(newResource(component)),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
-	}
-	if cfg.OTLPEndpoint != "" {
-		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(cfg.OTLPEndpoint))
-		if err != nil {
-			return nil, fmt.Errorf("creating otlp exporter for %s: %w", cfg.OTLPEndpoint, err)
-		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
-	}
-	tp := sdktrace.NewTracerProvider(opts...)
+		sdktrace.WithBatcher(exp),
+	)
 	Install(tp, logger)
-	level := slog.LevelDebug
-	if cfg.OTLPEndpoint != "" {
-		level = slog.LevelInfo
-	}
-	logger.Log(ctx, level, "tracing ready", "otlp_endpoint", cfg.OTLPEndpoint, "exporting", cfg.OTLPEndpoint != "",
-		"trace_sample_ratio", cfg.SampleRatio)
+	logger.Info("tracing ready", "otlp_endpoint", cfg.OTLPEndpoint, "exporting", true, "trace_sample_ratio", cfg.SampleRatio)
 	return tp.Shutdown, nil
 }
 
@@ -116,9 +113,9 @@ func Install(tp trace.TracerProvider, logger *slog.Logger) {
 
 // Propagator is the W3C Trace Context (traceparent, tracestate) and Baggage
 // propagator every EventForge process uses.
-func Propagator() propagation.TextMapPropagator {
-	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-}
+func Propagator() propagation.TextMapPropagator { return propagator }
+
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
 // Tracer returns EventForge's tracer from the global provider.
 func Tracer() trace.Tracer {

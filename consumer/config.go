@@ -42,7 +42,7 @@ type Config struct {
 	BatchSize int `name:"batch-size" help:"Most records of one partition per transaction (1 = no batching)." default:"100"`
 	// QueueSize is how many records are buffered per partition before its
 	// fetching pauses.
-	QueueSize int `name:"queue-size" help:"Records buffered per partition before its fetching pauses." default:"1000"`
+	QueueSize int `name:"queue-size" help:"Records buffered per partition before its fetching pauses." default:"5000"`
 	// MaxAttempts is how often a retryable failure is tried before the
 	// record is dead-lettered.
 	MaxAttempts int `name:"max-attempts" help:"Attempts at a failing record before it is dead-lettered." default:"5"`
@@ -82,7 +82,7 @@ func DefaultConfig() Config {
 		Topics:           []string{"eventforge.orders"},
 		Workers:          4,
 		BatchSize:        100,
-		QueueSize:        1000,
+		QueueSize:        5000,
 		MaxAttempts:      5,
 		InitialBackoff:   100 * time.Millisecond,
 		NotFoundGrace:    10 * time.Second,

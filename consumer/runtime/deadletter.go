@@ -26,6 +26,9 @@ func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent
 	cfg["enable.idempotence"] = true
 	cfg["acks"] = "all"
 	cfg["linger.ms"] = 0
+	// Dead letters go out one at a time through Produce; the Go produce
+	// channel (1,000,000 slots by default, ~23 MiB) is never used.
+	cfg["go.produce.channel.size"] = 16
 	p, err := kafka.NewProducer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating dlq producer: %w", err)

@@ -98,7 +98,7 @@ type Options struct {
 	Bootstrap        string        // Kafka bootstrap servers
 	Workers          int           // partitions applied concurrently (default 4)
 	BatchSize        int           // records of one partition per transaction (default 1)
-	QueueSize        int           // records buffered per partition before its fetching pauses (default 1000)
+	QueueSize        int           // records buffered per partition before its fetching pauses (default 5000)
 	MaxAttempts      int           // attempts before a retryable failure is dead-lettered (default 5)
 	InitialBackoff   time.Duration // first retry wait (default 100ms)
 	NotFoundGrace    time.Duration // least time a missing subject is retried before dead-lettering (0: attempts only)
@@ -118,7 +118,7 @@ func (o Options) withDefaults() Options {
 		o.BatchSize = 1
 	}
 	if o.QueueSize <= 0 {
-		o.QueueSize = 1000
+		o.QueueSize = 5000
 	}
 	o.QueueSize = max(o.QueueSize, 2*o.BatchSize)
 	if o.MaxAttempts <= 0 {
@@ -147,6 +147,9 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// prefetchKBytes bounds librdkafka's prefetched records (all partitions).
+const prefetchKBytes = 16 << 10
 
 // Runtime consumes Topics with a Handler. Create with New, then Run.
 type Runtime struct {
@@ -203,6 +206,11 @@ func (r *Runtime) Run(ctx context.Context) error {
 		"auto.commit.interval.ms":  int(r.opts.CommitPeriod / time.Millisecond),
 		"session.timeout.ms":       int(r.opts.SessionTimeout / time.Millisecond),
 		"heartbeat.interval.ms":    int(max(r.opts.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),
+		// librdkafka's own prefetch, on top of the runtime's queues. Pausing a
+		// partition discards what librdkafka prefetched for it, so a large
+		// prefetch is mostly fetched twice; its default (64 MiB) also
+		// dominated the consumer's memory.
+		"queued.max.messages.kbytes": prefetchKBytes,
 	}
 	for k, v := range settings {
 		cfg[k] = v

@@ -181,7 +181,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 			selected[p.key] = true
 		}
 	}
-	if selected["apply"] && !selected["drain"] || selected["e2e"] && !(selected["api"] && selected["drain"] && selected["apply"]) {
+	applyWithoutDrain := selected["apply"] && !selected["drain"]
+	e2eWithoutOthers := selected["e2e"] && (!selected["api"] || !selected["drain"] || !selected["apply"])
+	if applyWithoutDrain || e2eWithoutOthers {
 		return fmt.Errorf("--phases %v: apply needs drain; e2e needs api, drain and apply", cfg.Phases)
 	}
 	res.Phases = make([]string, 0, len(selected))

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,7 +61,7 @@ func newEnv(ctx context.Context, cfg Config, stamp string, logger *slog.Logger) 
 	if _, err := schema.EnsureSlot(ctx, e.pool, e.slot); err != nil {
 		return nil, err
 	}
-	if err := e.createTopic(ctx); err != nil {
+	if err := e.createTopic(ctx, e.topic); err != nil {
 		return nil, err
 	}
 	logger.Info("bench environment ready", "database", id, "slot", e.slot, "topic", e.topic)
@@ -69,21 +70,21 @@ func newEnv(ctx context.Context, cfg Config, stamp string, logger *slog.Logger) 
 
 // createTopic creates the 6-partition topic with broker append timestamps,
 // so a record's timestamp is when Kafka stored it (the ack time).
-func (e *env) createTopic(ctx context.Context) error {
+func (e *env) createTopic(ctx context.Context, topic string) error {
 	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4"})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{
-		Topic: e.topic, NumPartitions: 6, ReplicationFactor: 1,
+		Topic: topic, NumPartitions: 6, ReplicationFactor: 1,
 		Config: map[string]string{"message.timestamp.type": "LogAppendTime"},
 	}}, kafka.SetAdminOperationTimeout(30*time.Second))
 	if err != nil {
-		return fmt.Errorf("creating topic %s: %w", e.topic, err)
+		return fmt.Errorf("creating topic %s: %w", topic, err)
 	}
 	if code := res[0].Error.Code(); code != kafka.ErrNoError {
-		return fmt.Errorf("creating topic %s: %w", e.topic, res[0].Error)
+		return fmt.Errorf("creating topic %s: %w", topic, res[0].Error)
 	}
 	return nil
 }
@@ -95,7 +96,7 @@ func (e *env) cleanup(logger *slog.Logger) {
 		e.pool.Close()
 	}
 	if a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4"}); err == nil {
-		_, _ = a.DeleteTopics(ctx, []string{e.topic})
+		_, _ = a.DeleteTopics(ctx, []string{e.topic, e.topic + ".warmup"})
 		_, _ = a.DeleteConsumerGroups(ctx, []string{e.group + "-off", e.group + "-on"})
 		a.Close()
 	}
@@ -124,4 +125,65 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// warmKafka produces n records of about the size of an order event to a
+// scratch topic and waits for their acknowledgements, so that the drain
+// measures the reader against a broker whose JVM has compiled its hot
+// paths, as the pgbench phase has warmed PostgreSQL. The topic is deleted.
+func (e *env) warmKafka(ctx context.Context, n int) error {
+	topic := e.topic + ".warmup"
+	if err := e.createTopic(ctx, topic); err != nil {
+		return err
+	}
+	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4",
+		"enable.idempotence": true, "acks": "all", "linger.ms": 5, "compression.type": "lz4", "go.delivery.report.fields": "none"})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	defer func() {
+		if a, err := kafka.NewAdminClientFromProducer(p); err == nil {
+			_, _ = a.DeleteTopics(context.WithoutCancel(ctx), []string{topic})
+			a.Close()
+		}
+	}()
+	value := []byte(strings.Repeat("x", 600))
+	acked := make(chan error, 1)
+	go func() {
+		var first error
+		for done := 0; done < n; {
+			if m, ok := (<-p.Events()).(*kafka.Message); ok {
+				done++
+				if m.TopicPartition.Error != nil && first == nil {
+					first = m.TopicPartition.Error
+				}
+			}
+		}
+		acked <- first
+	}()
+	for i := 0; i < n; i++ {
+		msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny},
+			Key: []byte(fmt.Sprintf("k%d", i%1000)), Value: value}
+		for {
+			err := p.Produce(msg, nil)
+			if err == nil {
+				break
+			}
+			var kerr kafka.Error
+			if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrQueueFull {
+				return fmt.Errorf("warming kafka: %w", err)
+			}
+			p.Flush(10)
+		}
+	}
+	select {
+	case err := <-acked:
+		if err != nil {
+			return fmt.Errorf("warming kafka: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -201,6 +201,9 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.env.warmKafka(ctx, 100_000); err != nil {
+		return err
+	}
 	if err := r.settle(ctx); err != nil {
 		return err
 	}

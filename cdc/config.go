@@ -54,7 +54,7 @@ type Config struct {
 	HeartbeatInterval time.Duration `name:"heartbeat-interval" help:"How often to write a heartbeat message to the WAL and time its round trip." default:"10s"`
 	// MaxInflightEvents bounds the events handed to Kafka and not yet
 	// acknowledged; reading pauses at the bound.
-	MaxInflightEvents int `name:"max-inflight-events" help:"Pause reading the slot while this many events await Kafka's acknowledgement." default:"10000"`
+	MaxInflightEvents int `name:"max-inflight-events" help:"Pause reading the slot while this many events await Kafka's acknowledgement." default:"2500"`
 	// MaxInflightBytes bounds the approximate size of the events handed to
 	// Kafka and not yet acknowledged; reading pauses at the bound.
 	MaxInflightBytes int64 `name:"max-inflight-bytes" help:"Pause reading the slot while this many bytes of events await Kafka's acknowledgement." default:"16777216"`
@@ -85,7 +85,7 @@ func DefaultConfig() Config {
 		FlushTimeout:      10 * time.Second,
 		MaxBackoff:        10 * time.Second,
 		HeartbeatInterval: 10 * time.Second,
-		MaxInflightEvents: 10000,
+		MaxInflightEvents: 2500,
 		MaxInflightBytes:  16 << 20,
 		StandbyRetry:      time.Second,
 		OutboxRetention:   24 * time.Hour,

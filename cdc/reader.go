@@ -595,14 +595,17 @@ func (s *session) sendStatus(ctx context.Context) error {
 }
 
 // full reports whether the in-flight bounds are reached.
-func (s *session) full() bool {
-	return s.tracker.Inflight() >= s.cfg.MaxInflightEvents || s.tracker.InflightBytes() >= s.cfg.MaxInflightBytes
+func (s *session) full() bool { return s.exceeds(s.tracker.Flow()) }
+
+// exceeds reports whether f reaches the in-flight bounds.
+func (s *session) exceeds(f checkpoint.Flow) bool {
+	return f.Inflight >= s.cfg.MaxInflightEvents || f.Bytes >= s.cfg.MaxInflightBytes
 }
 
 // confirmDue reports whether Kafka acknowledged WAL that was not confirmed
 // yet, and the last status update is at least a confirm interval old.
-func (s *session) confirmDue(now time.Time) bool {
-	return s.tracker.Confirmable() != pglogrepl.LSN(s.sentLSN.Load()) && now.Sub(s.sentAt) >= s.cfg.ConfirmInterval
+func (s *session) confirmDue(now time.Time, f checkpoint.Flow) bool {
+	return f.Confirmable != pglogrepl.LSN(s.sentLSN.Load()) && now.Sub(s.sentAt) >= s.cfg.ConfirmInterval
 }
 
 // wakeAt is when waiting for the next replication message must stop: at the
@@ -611,8 +614,8 @@ func (s *session) confirmDue(now time.Time) bool {
 // the last acknowledgements of a burst are confirmed promptly even when no
 // message follows them. Boundaries are aligned so the deadline, and the
 // context behind it, changes at most once per interval.
-func (s *session) wakeAt(now, nextStatus time.Time) time.Time {
-	if s.tracker.Inflight() == 0 && s.tracker.Confirmable() == pglogrepl.LSN(s.sentLSN.Load()) {
+func (s *session) wakeAt(now, nextStatus time.Time, f checkpoint.Flow) time.Time {
+	if f.Inflight == 0 && f.Confirmable == pglogrepl.LSN(s.sentLSN.Load()) {
 		return nextStatus
 	}
 	tick := now.Truncate(s.cfg.ConfirmInterval).Add(s.cfg.ConfirmInterval)
@@ -640,15 +643,15 @@ func (s *session) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		now := time.Now()
-		if !now.Before(nextStatus) || s.confirmDue(now) {
+		now, flow := time.Now(), s.tracker.Flow()
+		if !now.Before(nextStatus) || s.confirmDue(now, flow) {
 			if err := s.sendStatus(ctx); err != nil {
 				return err
 			}
 			nextStatus = time.Now().Add(s.cfg.StatusInterval)
 		}
 
-		if s.full() {
+		if s.exceeds(flow) {
 			// Backpressure: stop reading until acknowledgements make room.
 			// Status updates go on, so the server keeps the connection.
 			wait := time.NewTimer(time.Until(nextStatus))
@@ -668,7 +671,7 @@ func (s *session) loop(ctx context.Context) error {
 			continue
 		}
 
-		raw, err := s.conn.ReceiveMessage(rd.until(ctx, s.wakeAt(now, nextStatus)))
+		raw, err := s.conn.ReceiveMessage(rd.until(ctx, s.wakeAt(now, nextStatus, flow)))
 		if err != nil {
 			if pgconn.Timeout(err) || ctx.Err() != nil {
 				continue

@@ -137,6 +137,21 @@ func (t *Tracker) advance() {
 	}
 }
 
+// Flow is the tracker's in-flight state at one instant.
+type Flow struct {
+	Inflight    int           // events handed to Kafka and not yet acknowledged
+	Bytes       int64         // their approximate size
+	Confirmable pglogrepl.LSN // the position safe to confirm
+}
+
+// Flow returns the in-flight state under one lock, for a caller that needs
+// several of its values for each message it handles.
+func (t *Tracker) Flow() Flow {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Flow{Inflight: t.inflight, Bytes: t.bytes, Confirmable: t.confirmed}
+}
+
 // Confirmable returns the position that is safe to confirm to the slot as
 // flushed. It never moves backwards.
 func (t *Tracker) Confirmable() pglogrepl.LSN {

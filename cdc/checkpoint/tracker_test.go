@@ -238,3 +238,21 @@ func TestTrackerAcked(t *testing.T) {
 		t.Fatalf("acked = %d, want 1", got)
 	}
 }
+
+// TestTrackerFlow: Flow reports in-flight events, their bytes and the
+// confirmable position together, as the single getters do.
+func TestTrackerFlow(t *testing.T) {
+	tr := New(100)
+	a := tr.Begin(time.Time{})
+	tr.Add(a, 40)
+	tr.Add(a, 2)
+	tr.Commit(a, 200)
+	if got, want := tr.Flow(), (Flow{Inflight: 2, Bytes: 42, Confirmable: 100}); got != want {
+		t.Fatalf("before the acks: Flow() = %+v, want %+v", got, want)
+	}
+	tr.Ack(a, 40)
+	tr.Ack(a, 2)
+	if got, want := tr.Flow(), (Flow{Inflight: 0, Bytes: 0, Confirmable: 200}); got != want {
+		t.Fatalf("after the acks: Flow() = %+v, want %+v", got, want)
+	}
+}

@@ -14,18 +14,29 @@ import (
 // NewReader returns a consumer for reading DLQ topics by assignment: it
 // joins no group and commits nothing.
 func NewReader(bootstrap string) (*kafka.Consumer, error) {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
+	cfg := kafka.ConfigMap{
 		"bootstrap.servers":     bootstrap,
 		"group.id":              "eventforge-dlq-reader", // required by librdkafka; never joined
 		"enable.auto.commit":    false,
 		"broker.address.family": "v4",
 		"log_level":             3,
-	})
+	}
+	for k, v := range ReaderSettings {
+		cfg[k] = v
+	}
+	c, err := kafka.NewConsumer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating dlq reader: %w", err)
 	}
 	return c, nil
 }
+
+// ReaderSettings are the settings a consumer needs to be passed to Read and
+// ReadStats: partition EOF events tell them that a partition has nothing
+// more to give, e.g. when a purge deleted the records between reading the
+// watermarks and fetching (librdkafka then resets the fetch position to
+// the end and delivers no record).
+var ReaderSettings = kafka.ConfigMap{"enable.partition.eof": true}
 
 // ErrNoTopic means the DLQ topic does not exist: nothing was ever
 // dead-lettered to it (the consumers create it at start).
@@ -141,6 +152,8 @@ func scan(ctx context.Context, c *kafka.Consumer, assign []kafka.TopicPartition,
 			if !more || int64(e.TopicPartition.Offset)+1 >= wm[p][1] {
 				delete(open, p)
 			}
+		case kafka.PartitionEOF:
+			delete(open, e.Partition) // nothing more to read (records deleted meanwhile)
 		case kafka.Error:
 			if e.IsFatal() {
 				return fmt.Errorf("reading: %w", e)

@@ -126,6 +126,9 @@ func (r *Runtime) dlqStats(ctx context.Context, logs chan kafka.LogEvent) {
 	cfg := kafkaconf.Base(r.opts.Bootstrap, "eventforge-"+r.opts.Name+"-dlq-stats", logs)
 	cfg["group.id"] = "eventforge-dlq-stats" // required by librdkafka; never joined (Assign, no commits)
 	cfg["enable.auto.commit"] = false
+	for k, v := range dlq.ReaderSettings {
+		cfg[k] = v
+	}
 	c, err := kafka.NewConsumer(&cfg)
 	if err != nil {
 		r.logger.Warn("creating dlq stats reader", "err", err)

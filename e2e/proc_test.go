@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -113,14 +114,31 @@ func (p *proc) tail(n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// handedOut holds the addresses freeAddr returned: the kernel may offer a
+// port it just released again, and two processes of one test (an api's
+// gRPC and HTTP listeners) were once given the same one.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago and that it never returned before in this test binary.
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // pipeline is one test's set of processes on its own testenv.Env.

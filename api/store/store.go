@@ -24,8 +24,10 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
-// FailpointBeforeCommit fires inside the order transaction after every row
-// was written and before COMMIT.
+// FailpointBeforeCommit fires in every order write (create and cancel) after
+// its last statement was sent and before its commit: before the pipeline's
+// Sync for a create without an idempotency key, before COMMIT otherwise. The
+// write takes the same path armed or not.
 const FailpointBeforeCommit = "api.before_commit"
 
 // Errors callers branch on.
@@ -124,17 +126,13 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *
 		skus[i], qtys[i], prices[i] = it.SKU, it.Quantity, it.UnitPriceCents
 	}
 
+	writes := append(orderStatements(o, skus, qtys, prices), outboxStatement(ev, headerJSON))
 	created := Created{OrderID: o.ID, EventID: ev.ID}
-	if key == nil && !failpoint.IsArmed(FailpointBeforeCommit) {
-		// One round trip: the statements of a pipeline up to its Sync run in
-		// one implicit transaction, committed at the Sync if all succeeded
-		// and rolled back otherwise. Only the idempotency key's conditional
-		// read, and the failpoint that fires between the writes and COMMIT,
-		// need an explicit transaction.
-		b := &pgx.Batch{}
-		queueOrder(b, o, skus, qtys, prices)
-		queueOutbox(b, ev, headerJSON)
-		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if key == nil {
+		// One round trip: the writes go out in one pipeline, one implicit
+		// transaction that its Sync commits. Only the idempotency key's
+		// conditional read needs an explicit transaction.
+		if err := execPipeline(ctx, s.pool, writes, beforeCommit); err != nil {
 			return Created{}, classify(fmt.Errorf("creating order %s: %w", o.ID, err))
 		}
 		return created, nil
@@ -163,13 +161,10 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *
 				return errKeyRecorded // roll back: nothing to write
 			}
 		}
-		b := &pgx.Batch{}
-		queueOrder(b, o, skus, qtys, prices)
-		queueOutbox(b, ev, headerJSON)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if err := tx.SendBatch(ctx, batch(writes)).Close(); err != nil {
 			return err
 		}
-		return failpoint.Eval(ctx, FailpointBeforeCommit)
+		return beforeCommit(ctx)
 	})
 	switch {
 	case recorded.found:
@@ -208,20 +203,34 @@ func encodeHeaders(h map[string]string) ([]byte, error) {
 // encoded through its driver.Valuer, as text, at several times the cost.
 func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
-func queueOrder(b *pgx.Batch, o *Order, skus []string, qtys []int32, prices []int64) {
-	b.Queue(`INSERT INTO orders (id, customer_id, currency, total_cents, status, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		pgUUID(o.ID), o.CustomerID, o.Currency, o.TotalCents, o.Status, o.CreatedAt, o.UpdatedAt)
-	b.Queue(`INSERT INTO order_items (order_id, line_no, sku, quantity, unit_price_cents)
-			SELECT $1, t.n, t.sku, t.qty, t.price
-			FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS t(sku, qty, price, n)`,
-		pgUUID(o.ID), skus, qtys, prices)
+// beforeCommit is the point of every order write between its last
+// statement and its commit. It is the same call whether or not the failpoint
+// is armed: an armed point only adds its action here.
+func beforeCommit(ctx context.Context) error {
+	return failpoint.Eval(ctx, FailpointBeforeCommit)
 }
 
-func queueOutbox(b *pgx.Batch, ev OutboxEvent, headerJSON []byte) {
-	b.Queue(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
-			VALUES ($1, $2, $3, $4, $5, $6)`,
-		pgUUID(ev.ID), ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headerJSON)
+// SQL of the order writes.
+const (
+	insertOrderSQL = `INSERT INTO orders (id, customer_id, currency, total_cents, status, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	insertItemsSQL = `INSERT INTO order_items (order_id, line_no, sku, quantity, unit_price_cents)
+			SELECT $1, t.n, t.sku, t.qty, t.price
+			FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS t(sku, qty, price, n)`
+	insertOutboxSQL = `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
+			VALUES ($1, $2, $3, $4, $5, $6)`
+	cancelOrderSQL = `UPDATE orders SET status = $2, updated_at = $3 WHERE id = $1`
+)
+
+func orderStatements(o *Order, skus []string, qtys []int32, prices []int64) []statement {
+	return []statement{
+		{insertOrderSQL, []any{pgUUID(o.ID), o.CustomerID, o.Currency, o.TotalCents, o.Status, o.CreatedAt, o.UpdatedAt}},
+		{insertItemsSQL, []any{pgUUID(o.ID), skus, qtys, prices}},
+	}
+}
+
+func outboxStatement(ev OutboxEvent, headerJSON []byte) statement {
+	return statement{insertOutboxSQL, []any{pgUUID(ev.ID), ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headerJSON}}
 }
 
 // CancelEventFunc builds the OrderCancelled outbox event of an order that is
@@ -267,13 +276,11 @@ func (s *Store) CancelOrder(ctx context.Context, id uuid.UUID, at time.Time, eve
 		if err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
-		b.Queue(`UPDATE orders SET status = $2, updated_at = $3 WHERE id = $1`, id, o.Status, o.UpdatedAt)
-		queueOutbox(b, ev, headerJSON)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		writes := []statement{{cancelOrderSQL, []any{id, o.Status, o.UpdatedAt}}, outboxStatement(ev, headerJSON)}
+		if err := tx.SendBatch(ctx, batch(writes)).Close(); err != nil {
 			return err
 		}
-		if err := failpoint.Eval(ctx, FailpointBeforeCommit); err != nil {
+		if err := beforeCommit(ctx); err != nil {
 			return err
 		}
 		res = Cancelled{Order: o, Changed: true, EventID: ev.ID}

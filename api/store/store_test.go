@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -159,5 +161,136 @@ func TestCreateOrderIsAtomic(t *testing.T) {
 	var n int
 	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM orders o JOIN outbox ob ON ob.aggregateid = o.id::text`).Scan(&n); err != nil || n != 21 {
 		t.Fatalf("orders with their event: %d, %v; want 21", n, err)
+	}
+}
+
+// TestBeforeCommitFailpointIsOnTheProductionPath: the api.before_commit
+// failpoint fires inside the write that production runs. While the armed
+// point holds a create, its PostgreSQL backend shows that write's shape —
+// without a key, the pipeline's implicit transaction, every statement
+// executed and no Sync yet (state active on the outbox insert, never "idle in
+// transaction", which an explicit BEGIN would show); with a key, the explicit
+// transaction waiting for COMMIT. Nothing is visible before the commit, a
+// failing point rolls everything back, and the pool stays usable.
+func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
+	env := testenv.New(t)
+	s := New(env.Pool)
+	ctx := context.Background()
+	fired := make(chan struct{}, 1)
+	failpoint.OnFire = func(name string, _ failpoint.Action) {
+		if name == FailpointBeforeCommit {
+			fired <- struct{}{}
+		}
+	}
+	t.Cleanup(func() { failpoint.OnFire = nil; _ = failpoint.Arm("") })
+
+	rowCount := func(t *testing.T) (n int) {
+		t.Helper()
+		if err := env.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM order_items)
+			+ (SELECT count(*) FROM outbox) + (SELECT count(*) FROM idempotency_keys)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tests := []struct {
+		name      string
+		key       *IdempotencyKey
+		wantState string // of the create's backend while the point holds it
+		wantQuery string // the statement it ran last
+	}{
+		{name: "without key: one pipeline", wantState: "active", wantQuery: insertOutboxSQL},
+		{name: "with key: explicit transaction", key: &IdempotencyKey{Key: "k-fp", RequestHash: []byte("h")},
+			wantState: "idle in transaction", wantQuery: insertOutboxSQL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := rowCount(t)
+
+			// delay: the point holds the write until the caller gives up.
+			if err := failpoint.Arm(FailpointBeforeCommit + "=1*delay(10m)"); err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			o, ev := newOrder(t)
+			done := make(chan error, 1)
+			go func() {
+				_, err := s.CreateOrder(cctx, o, ev, tt.key)
+				done <- err
+			}()
+			select {
+			case <-fired:
+			case err := <-done:
+				t.Fatalf("create returned %v before the failpoint fired", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the failpoint did not fire within 30 s")
+			}
+			testenv.Eventually(t, 10*time.Second, "the create's backend holding its uncommitted write", func() error {
+				var state, query string
+				err := env.Pool.QueryRow(ctx, `SELECT state, query FROM pg_stat_activity
+					WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL`).Scan(&state, &query)
+				if err != nil {
+					return fmt.Errorf("reading the writer's backend: %w", err)
+				}
+				if state != tt.wantState || query != tt.wantQuery {
+					return fmt.Errorf("backend in state %q running %q; want %q running %q", state, query, tt.wantState, tt.wantQuery)
+				}
+				return nil
+			})
+			if n := rowCount(t); n != before {
+				t.Fatalf("rows visible before the commit: %d, want %d", n, before)
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("create held at the failpoint, then cancelled: %v, want context.Canceled", err)
+			}
+			testenv.Eventually(t, 10*time.Second, "the held write rolled back", func() error {
+				var open int
+				if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()`).Scan(&open); err != nil {
+					return err
+				}
+				if open > 0 {
+					return fmt.Errorf("%d transactions still open", open)
+				}
+				return nil
+			})
+			if n := rowCount(t); n != before {
+				t.Fatalf("rows after the cancelled write: %d, want %d", n, before)
+			}
+
+			// error: the write fails and leaves nothing.
+			if err := failpoint.Arm(FailpointBeforeCommit + "=1*error"); err != nil {
+				t.Fatal(err)
+			}
+			o, ev = newOrder(t)
+			if _, err := s.CreateOrder(ctx, o, ev, tt.key); !errors.Is(err, failpoint.ErrInjected) {
+				t.Fatalf("create with the point armed to fail: %v, want ErrInjected", err)
+			}
+			<-fired
+			if n := rowCount(t); n != before {
+				t.Fatalf("rows after the failed write: %d, want %d", n, before)
+			}
+
+			// The point is spent: the same create commits, on a pool that
+			// lost the connections closed above.
+			for range 20 {
+				o, ev = newOrder(t)
+				if _, err := s.CreateOrder(ctx, o, ev, nil); err != nil {
+					t.Fatalf("create after the failpoint: %v", err)
+				}
+			}
+			if tt.key != nil {
+				o, ev = newOrder(t)
+				if res, err := s.CreateOrder(ctx, o, ev, tt.key); err != nil || res.Replayed {
+					t.Fatalf("create under the key after the failpoint: %+v, %v; want a new order", res, err)
+				}
+			}
+			select {
+			case <-fired:
+				t.Fatal("the spent failpoint fired again")
+			default:
+			}
+		})
 	}
 }

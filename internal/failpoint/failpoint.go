@@ -3,6 +3,10 @@
 // delivery path — for example after Kafka acknowledged an event and before the
 // CDC reader confirmed its LSN.
 //
+// A point never selects a code path: code meets it only through Eval, on the
+// path production takes, so arming a point adds its action at that moment and
+// changes nothing else. There is no way to ask whether a point is armed.
+//
 // Points are inert unless armed. They are armed only from a specification
 // string, normally the EVENTFORGE_FAILPOINTS environment variable or the
 // --failpoints flag:
@@ -148,15 +152,6 @@ func Armed() []string {
 		out = append(out, t.Name+"="+t.Action.String())
 	}
 	return out
-}
-
-// IsArmed reports whether the named point is armed, for code that must take
-// a path where the point can fire.
-func IsArmed(name string) bool {
-	mu.Lock()
-	defer mu.Unlock()
-	_, ok := armed[name]
-	return ok
 }
 
 // Eval is placed at a named point. When the point is not armed it returns nil

@@ -99,9 +99,8 @@ func New(ctx context.Context, cfg Config, procs Processes, logger *slog.Logger) 
 		pool.Close()
 		return nil, err
 	}
-	admin, err := kafka.NewAdminClient(&kafka.ConfigMap{
-		"bootstrap.servers": cfg.KafkaBrokers, "broker.address.family": "v4", "log_level": 3, "client.id": "eventforge-console",
-	})
+	adminCfg := adminConfig(cfg.KafkaBrokers)
+	admin, err := kafka.NewAdminClient(&adminCfg)
 	if err != nil {
 		kr.Close()
 		pool.Close()

@@ -7,8 +7,27 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/eventforge/eventforge/internal/kafkaconf"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
+
+// clientID names the console's Kafka clients.
+const clientID = "eventforge-console"
+
+// adminConfig and readerConfig configure the console's Kafka clients
+// (besides the kafkaread.Reader and the DLQ replay producer, which build
+// theirs the same way): through kafkaconf, so the --kafka-* TLS and SASL
+// settings apply. The reader joins no group and commits nothing.
+func adminConfig(bootstrap string) kafka.ConfigMap {
+	return kafkaconf.Tool(bootstrap, clientID)
+}
+
+func readerConfig(bootstrap string) kafka.ConfigMap {
+	cfg := kafkaconf.Tool(bootstrap, clientID)
+	cfg["group.id"] = clientID
+	cfg["enable.auto.commit"] = false
+	return cfg
+}
 
 // committed returns group's committed offset per partition of topic
 // (partitions where it committed nothing are absent).
@@ -69,10 +88,8 @@ func (c *Console) readSince(ctx context.Context, topic string, since time.Time, 
 	if err != nil {
 		return nil, err
 	}
-	cons, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers": c.cfg.KafkaBrokers, "group.id": "eventforge-console", "enable.auto.commit": false,
-		"broker.address.family": "v4", "log_level": 3,
-	})
+	cfg := readerConfig(c.cfg.KafkaBrokers)
+	cons, err := kafka.NewConsumer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka reader: %w", err)
 	}

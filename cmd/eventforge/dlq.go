@@ -321,7 +321,9 @@ func (c *dlqPurgeCmd) Run(env *runEnv) error {
 	if !c.Yes {
 		return fmt.Errorf("would delete %d records from %s: re-run with --yes", total, c.Topic)
 	}
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": c.KafkaBrokers, "broker.address.family": "v4", "log_level": 3})
+	// Derived from the reader, so it shares its configuration (kafkaconf's
+	// --kafka-* TLS and SASL settings among them).
+	a, err := kafka.NewAdminClientFromConsumer(r)
 	if err != nil {
 		return fmt.Errorf("creating kafka admin client: %w", err)
 	}

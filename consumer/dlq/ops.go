@@ -147,13 +147,8 @@ func Replay(ctx context.Context, p *kafka.Producer, es []Entry, now time.Time, p
 // NewProducer returns the idempotent, acks=all producer replays use. Its
 // events channel is drained until Close.
 func NewProducer(bootstrap string) (*kafka.Producer, error) {
-	p, err := kafka.NewProducer(&kafka.ConfigMap{
-		"bootstrap.servers":     bootstrap,
-		"enable.idempotence":    true,
-		"acks":                  "all",
-		"broker.address.family": "v4",
-		"log_level":             3,
-	})
+	cfg := producerConfig(bootstrap)
+	p, err := kafka.NewProducer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating replay producer: %w", err)
 	}

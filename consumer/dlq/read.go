@@ -14,16 +14,7 @@ import (
 // NewReader returns a consumer for reading DLQ topics by assignment: it
 // joins no group and commits nothing.
 func NewReader(bootstrap string) (*kafka.Consumer, error) {
-	cfg := kafka.ConfigMap{
-		"bootstrap.servers":     bootstrap,
-		"group.id":              "eventforge-dlq-reader", // required by librdkafka; never joined
-		"enable.auto.commit":    false,
-		"broker.address.family": "v4",
-		"log_level":             3,
-	}
-	for k, v := range ReaderSettings {
-		cfg[k] = v
-	}
+	cfg := readerConfig(bootstrap)
 	c, err := kafka.NewConsumer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating dlq reader: %w", err)

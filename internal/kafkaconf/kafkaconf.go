@@ -28,6 +28,24 @@ func Base(bootstrap, clientID string, logs chan kafka.LogEvent) kafka.ConfigMap 
 	return cm
 }
 
+// Tool returns the settings of a client whose librdkafka logs are not
+// bridged: the operator commands (`eventforge dlq`), the console, the
+// delivery auditor and their readers. librdkafka logs only errors, to
+// stderr. The TLS and SASL settings installed by Configure are added, as
+// Base adds them.
+func Tool(bootstrap, clientID string) kafka.ConfigMap {
+	cm := kafka.ConfigMap{
+		"bootstrap.servers":     bootstrap,
+		"client.id":             clientID,
+		"broker.address.family": "v4",
+		"log_level":             3,
+	}
+	for k, v := range securitySettings() {
+		cm[k] = v
+	}
+	return cm
+}
+
 // BridgeLogs forwards librdkafka log events to logger until logs is closed.
 // librdkafka levels follow syslog: 0–3 error, 4 warning, 5–6 info, 7 debug.
 func BridgeLogs(logs <-chan kafka.LogEvent, logger *slog.Logger) {

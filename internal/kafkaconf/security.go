@@ -9,7 +9,8 @@ import (
 )
 
 // Security is the TLS and SASL configuration of the Kafka clients that Base
-// builds (cdc's producer, the consumers, their DLQ writers). The command
+// and Tool build: cdc's producer, the consumers and their DLQ writers, the
+// console, the auditor and `eventforge dlq`. The command
 // line embeds it, so every command takes the --kafka-* flags and their
 // EVENTFORGE_KAFKA_* variables; Configure installs it for the process.
 type Security struct {

@@ -103,22 +103,26 @@ func TestSecuritySettingsAcceptedByLibrdkafka(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = Configure(Security{Protocol: "plaintext"}) })
 			logs := make(chan kafka.LogEvent, 64)
-			cm := Base("127.0.0.1:1", "security-test", logs)
-			for k, v := range tt.want {
-				if cm[k] != v {
-					t.Errorf("Base()[%s] = %v, want %v", k, cm[k], v)
+			for name, cm := range map[string]kafka.ConfigMap{
+				"Base": Base("127.0.0.1:1", "security-test", logs),
+				"Tool": Tool("127.0.0.1:1", "security-test"),
+			} {
+				for k, v := range tt.want {
+					if cm[k] != v {
+						t.Errorf("%s()[%s] = %v, want %v", name, k, cm[k], v)
+					}
 				}
-			}
-			if len(tt.want) == 0 {
-				if _, ok := cm["security.protocol"]; ok {
-					t.Errorf("plaintext must leave security.protocol unset, got %v", cm["security.protocol"])
+				if len(tt.want) == 0 {
+					if _, ok := cm["security.protocol"]; ok {
+						t.Errorf("%s: plaintext must leave security.protocol unset, got %v", name, cm["security.protocol"])
+					}
 				}
+				p, err := kafka.NewProducer(&cm)
+				if err != nil {
+					t.Fatalf("librdkafka refused the settings of %s: %v", name, err)
+				}
+				p.Close()
 			}
-			p, err := kafka.NewProducer(&cm)
-			if err != nil {
-				t.Fatalf("librdkafka refused the settings: %v", err)
-			}
-			p.Close()
 		})
 	}
 }

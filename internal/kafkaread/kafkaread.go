@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/eventforge/eventforge/internal/kafkaconf"
 )
 
 // Record is one Kafka record.
@@ -29,17 +31,25 @@ type Reader struct {
 	bootstrap string
 }
 
+// readerGroup is the group id of the assign-only consumers.
+const readerGroup = "eventforge-kafkaread"
+
+// config is the configuration of every consumer a Reader creates: built by
+// kafkaconf (so the --kafka-* TLS and SASL settings apply), committing
+// nothing.
+func config(bootstrap, group string) kafka.ConfigMap {
+	cfg := kafkaconf.Tool(bootstrap, "eventforge-kafkaread")
+	cfg["group.id"] = group
+	cfg["enable.auto.commit"] = false
+	return cfg
+}
+
 // New connects a reader to bootstrap.
 func New(bootstrap string) (*Reader, error) {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers": bootstrap,
-		// librdkafka requires a group id even for assign-only consumers; this
-		// one never joins it and never commits.
-		"group.id":              "eventforge-kafkaread",
-		"enable.auto.commit":    false,
-		"broker.address.family": "v4",
-		"log_level":             3,
-	})
+	// librdkafka requires a group id even for assign-only consumers; this
+	// one never joins it and never commits.
+	cfg := config(bootstrap, readerGroup)
+	c, err := kafka.NewConsumer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka reader: %w", err)
 	}
@@ -95,14 +105,9 @@ func (r *Reader) ReadFrom(ctx context.Context, topic string, from map[int32]int6
 	if err != nil {
 		return nil, err
 	}
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers":     r.bootstrap,
-		"group.id":              "eventforge-kafkaread",
-		"enable.auto.commit":    false,
-		"enable.partition.eof":  true,
-		"broker.address.family": "v4",
-		"log_level":             3,
-	})
+	cfg := config(r.bootstrap, readerGroup)
+	cfg["enable.partition.eof"] = true
+	c, err := kafka.NewConsumer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka reader: %w", err)
 	}
@@ -168,10 +173,8 @@ func (r *Reader) Committed(group, topic string) (map[int32]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers": r.bootstrap, "group.id": group, "enable.auto.commit": false,
-		"broker.address.family": "v4", "log_level": 3,
-	})
+	cfg := config(r.bootstrap, group)
+	c, err := kafka.NewConsumer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating offset reader: %w", err)
 	}

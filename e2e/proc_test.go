@@ -48,6 +48,16 @@ func start(t testing.TB, name string, env []string, args ...string) *proc {
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
+	raceLog := ""
+	if raceEnabled {
+		// Race reports go to <name>.race.<pid> beside the log (the
+		// process's children, under a supervisor, write theirs there too).
+		if raceLog, err = filepath.Abs(filepath.Join(artifactsDir(t), name+".race")); err != nil {
+			t.Fatal(err)
+		}
+		removeRaceReports(t, raceLog)
+		cmd.Env = append(cmd.Env, "GORACE="+os.Getenv("GORACE")+" log_path="+raceLog)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -62,11 +72,49 @@ func start(t testing.TB, name string, env []string, args ...string) *proc {
 	}()
 	t.Cleanup(func() {
 		p.stop()
+		if reports := raceReports(t, raceLog); reports != "" {
+			t.Errorf("%s: the race detector reported a data race (%s.*):\n%s", name, raceLog, reports)
+		}
 		if t.Failed() {
 			t.Logf("--- %s log (%s), last lines:\n%s", name, logPath, p.tail(40))
 		}
 	})
 	return p
+}
+
+// raceReports returns the race detector's reports written under the
+// log_path prefix raceLog (none when raceLog is empty).
+func raceReports(t testing.TB, raceLog string) string {
+	if raceLog == "" {
+		return ""
+	}
+	files, err := filepath.Glob(raceLog + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range files {
+		report, err := os.ReadFile(f)
+		if err != nil {
+			t.Errorf("reading race report %s: %v", f, err)
+			continue
+		}
+		fmt.Fprintf(&b, "--- %s\n%s", f, report)
+	}
+	return b.String()
+}
+
+// removeRaceReports deletes reports left under raceLog by an earlier run.
+func removeRaceReports(t testing.TB, raceLog string) {
+	files, err := filepath.Glob(raceLog + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // stop sends SIGTERM and waits; SIGKILL after 15 s.

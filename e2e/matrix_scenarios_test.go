@@ -138,10 +138,15 @@ func (l *orderLoad) finish(t *testing.T) {
 	}
 }
 
-// windowAPICrashBeforeCommit: the api dies (SIGKILL) inside the order
-// transaction after every row was written and before COMMIT. Nothing of the
-// order exists afterwards — no order row, no outbox row, no Kafka record —
-// and the restarted api serves the next order end to end.
+// windowAPICrashBeforeCommit: the api dies (SIGKILL) inside the order write
+// after its statements reached PostgreSQL and before the commit. The create
+// carries no idempotency key, so this is the write production runs for it —
+// one pipeline whose Sync commits; the failpoint is a hook on that path
+// (api/store.TestBeforeCommitFailpointIsOnTheProductionPath shows the
+// backend mid-pipeline while the point holds it). PostgreSQL inserted the
+// rows and rolled them back; nothing of the order exists afterwards — no
+// order row, no outbox row, no Kafka record — and the restarted api serves
+// the next order end to end.
 func windowAPICrashBeforeCommit(t *testing.T) {
 	pl := newPipeline(t)
 	crashing := start(t, "api-crashing", []string{"EVENTFORGE_FAILPOINTS=" + store.FailpointBeforeCommit + "=crash"},
@@ -169,6 +174,35 @@ func windowAPICrashBeforeCommit(t *testing.T) {
 	if orders+items+outbox != 0 {
 		t.Fatalf("after a crash before COMMIT: %d orders, %d items, %d outbox rows; want none", orders, items, outbox)
 	}
+	// The crash came after the statements ran: the statistics count the
+	// rows inserted by the rolled-back transaction (reported when its
+	// backend ends, after the api's connection closed).
+	testenv.Eventually(t, 30*time.Second, "the crashed write's inserts counted and rolled back", func() error {
+		rows, err := pl.env.Pool.Query(context.Background(), `SELECT relname, n_tup_ins, n_live_tup FROM pg_stat_user_tables
+			WHERE relname IN ('orders', 'order_items', 'outbox') ORDER BY relname`)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for rows.Next() {
+			var (
+				rel            string
+				inserted, live int64
+			)
+			if err := rows.Scan(&rel, &inserted, &live); err != nil {
+				return err
+			}
+			got = append(got, fmt.Sprintf("%s: %d inserted, %d live", rel, inserted, live))
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		want := []string{"order_items: 1 inserted, 0 live", "orders: 1 inserted, 0 live", "outbox: 1 inserted, 0 live"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("table statistics %v, want %v", got, want)
+		}
+		return nil
+	})
 
 	pl.startAPI(t)
 	orderID, eventID := createGRPC(t, client, "survivor")

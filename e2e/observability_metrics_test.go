@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +105,54 @@ func seriesCount(fams map[string]*dto.MetricFamily) map[string]int {
 	return out
 }
 
+// sameSeries reports how two scrapes of every component differ in label
+// values or series counts, or nil when they do not.
+func sameSeries(a, b map[string]map[string]*dto.MetricFamily) error {
+	var diffs []string
+	for comp := range b {
+		setsA, setsB := labelSets(a[comp]), labelSets(b[comp])
+		for _, key := range slices.Sorted(maps.Keys(setsB)) {
+			if !maps.Equal(setsA[key], setsB[key]) {
+				diffs = append(diffs, fmt.Sprintf("%s: %s values %v, then %v", comp, key,
+					slices.Sorted(maps.Keys(setsA[key])), slices.Sorted(maps.Keys(setsB[key]))))
+			}
+		}
+		countA, countB := seriesCount(a[comp]), seriesCount(b[comp])
+		for _, name := range slices.Sorted(maps.Keys(countB)) {
+			if countA[name] != countB[name] {
+				diffs = append(diffs, fmt.Sprintf("%s: %s had %d series, then %d", comp, name, countA[name], countB[name]))
+			}
+		}
+		for name := range countA {
+			if _, ok := countB[name]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s: %s disappeared", comp, name))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("series still changing: %s", strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+// topicPartitions lists the partitions of the pipeline's topic, as label
+// values.
+func topicPartitions(t *testing.T, pl *pipeline) []string {
+	t.Helper()
+	_, ends, err := testenv.CommittedOffsets(pl.env.Endpoints.KafkaBootstrap, pl.env.Group, pl.env.Topic)
+	if err != nil {
+		t.Fatalf("reading the partitions of %s: %v", pl.env.Topic, err)
+	}
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(ends)) {
+		out = append(out, strconv.Itoa(int(p)))
+	}
+	if len(out) == 0 {
+		t.Fatalf("topic %s has no partitions", pl.env.Topic)
+	}
+	return out
+}
+
 var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
 
 // TestMetricsCardinalityUnderLoad scrapes api, cdc and consumer while
@@ -110,7 +160,8 @@ var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 // exported by it with the documented type and labels, nothing undocumented
 // is exported under eventforge_*, no label value is an order or event ID,
 // and no label's value set or family's series count grows between a scrape
-// after a first load and one after four times as many orders. The metrics
+// after a first load and one after four times as many orders, each taken
+// once the series settled (complete and unchanged between scrapes). The metrics
 // queried by the alert rules and the Grafana dashboard are all exported, and
 // the metrics endpoints answer the Kubernetes probes.
 func TestMetricsCardinalityUnderLoad(t *testing.T) {
@@ -166,16 +217,37 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 			waitProcessed(t, pl, c.orderID, c.eventID)
 		}
 	}
-	scrapeAll := func() map[string]map[string]*dto.MetricFamily {
-		all := map[string]map[string]*dto.MetricFamily{}
-		for comp, url := range endpoints {
-			fams, err := scrapeMetrics(url)
-			if err != nil {
-				t.Fatalf("%s: %v", comp, err)
+	partitions := topicPartitions(t, pl)
+	// settled scrapes every component until its series are complete — the
+	// consumer, alone in its group, reports a lag series for every
+	// partition of the topic — and stable: two scrapes in a row show the
+	// same label values and series counts. Only then is a sample taken, so
+	// a series still appearing after a load is not mistaken for one the load
+	// added.
+	settled := func(what string) map[string]map[string]*dto.MetricFamily {
+		var prev, cur map[string]map[string]*dto.MetricFamily
+		testenv.Eventually(t, 60*time.Second, what, func() error {
+			all := map[string]map[string]*dto.MetricFamily{}
+			for comp, url := range endpoints {
+				fams, err := scrapeMetrics(url)
+				if err != nil {
+					return fmt.Errorf("%s: %w", comp, err)
+				}
+				all[comp] = fams
 			}
-			all[comp] = fams
-		}
-		return all
+			prev, cur = cur, all
+			lag := labelSets(all["consumer"])["eventforge_consumer_lag/partition"]
+			for _, p := range partitions {
+				if !lag[p] {
+					return fmt.Errorf("consumer: no eventforge_consumer_lag series for partition %s yet (have %v)", p, slices.Sorted(maps.Keys(lag)))
+				}
+			}
+			if prev == nil {
+				return fmt.Errorf("one scrape so far")
+			}
+			return sameSeries(prev, cur)
+		})
+		return cur
 	}
 	// Every documented metric of a component appears (some once a partition
 	// is owned or the DLQ's size was read).
@@ -200,9 +272,9 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 	})
 
 	load(50)
-	first := scrapeAll()
+	first := settled("series settled after the first load")
 	load(200)
-	second := scrapeAll()
+	second := settled("series settled after the second load")
 
 	for comp, fams := range second {
 		for name, f := range fams {

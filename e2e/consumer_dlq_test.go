@@ -136,7 +136,7 @@ func windowRetriesExhausted(t *testing.T) {
 	if !strings.Contains(stderr, "--yes") {
 		t.Errorf("purge without --yes: %s", stderr)
 	}
-	eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--yes")
+	eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--database-url", pl.env.DatabaseURL, "--yes")
 	if n := len(readDLQEntries(t, pl, topic)); n != 0 {
 		t.Fatalf("DLQ holds %d records after purge", n)
 	}

@@ -295,8 +295,9 @@ func (c *dlqReplayCmd) Run(env *runEnv) error {
 
 type dlqPurgeCmd struct {
 	dlqTopicFlags
-	OlderThan time.Duration `name:"older-than" help:"Delete only records older than this (per partition, up to its first newer record)."`
-	Yes       bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
+	DatabaseURL string        `name:"database-url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	OlderThan   time.Duration `name:"older-than" help:"Delete only records older than this (per partition, up to its first newer record)."`
+	Yes         bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
 }
 
 func (c *dlqPurgeCmd) Run(env *runEnv) error {
@@ -320,6 +321,9 @@ func (c *dlqPurgeCmd) Run(env *runEnv) error {
 	}
 	if !c.Yes {
 		return fmt.Errorf("would delete %d records from %s: re-run with --yes", total, c.Topic)
+	}
+	if err := c.recordPurge(env, r, plans, total); err != nil {
+		return err
 	}
 	// Derived from the reader, so it shares its configuration (kafkaconf's
 	// --kafka-* TLS and SASL settings among them).

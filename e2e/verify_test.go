@@ -28,12 +28,21 @@ func runVerify(t *testing.T, pl *pipeline, consumers ...string) (verify.Report, 
 // moves and the pipeline never counts as drained).
 func runVerifyWait(t *testing.T, pl *pipeline, wait string, consumers ...string) (verify.Report, int) {
 	t.Helper()
-	args := []string{"verify", "--json", "--wait", wait,
-		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
-		"--topic", pl.env.Topic, "--slot", pl.env.Slot, "--consumer", "fulfillment=" + pl.env.Group}
+	args := []string{"--wait", wait, "--consumer", "fulfillment=" + pl.env.Group}
 	for _, c := range consumers {
 		args = append(args, "--consumer", c)
 	}
+	return runVerifyArgs(t, pl, args...)
+}
+
+// runVerifyArgs runs `eventforge verify --json` on the pipeline's database,
+// topic and slot with the given flags (consumers, --wait, --grace), and
+// returns the decoded report and the exit code.
+func runVerifyArgs(t *testing.T, pl *pipeline, flags ...string) (verify.Report, int) {
+	t.Helper()
+	args := append([]string{"verify", "--json",
+		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
+		"--topic", pl.env.Topic, "--slot", pl.env.Slot}, flags...)
 	cmd := exec.Command(binary, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

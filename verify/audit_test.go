@@ -3,12 +3,21 @@ package verify
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/eventforge/eventforge/consumer"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
 func rec(p int32, off int64, key, id string) kafkaread.Record {
 	return kafkaread.Record{Partition: p, Offset: off, Key: key, Headers: map[string]string{"id": id}}
+}
+
+// typed is rec with the event type header.
+func typed(p int32, off int64, key, id, typ string) kafkaread.Record {
+	r := rec(p, off, key, id)
+	r.Headers["type"] = typ
+	return r
 }
 
 func TestCheckDeliveries(t *testing.T) {
@@ -84,6 +93,7 @@ func TestCheckConsumer(t *testing.T) {
 		name        string
 		committed   map[int32]int64
 		marks, dead map[string]bool
+		purged      map[string]bool
 		lost, pend  int
 	}{
 		{name: "caught up", committed: map[int32]int64{0: 2, 1: 2}, marks: map[string]bool{"e1": true, "e2": true, "e3": true, "e4": true}},
@@ -91,11 +101,13 @@ func TestCheckConsumer(t *testing.T) {
 		{name: "applied before the offset commit", committed: map[int32]int64{0: 1}, marks: map[string]bool{"e1": true, "e2": true}, pend: 2},
 		{name: "offset passed an unapplied event", committed: map[int32]int64{0: 2, 1: 2}, marks: map[string]bool{"e1": true, "e3": true, "e4": true}, lost: 1},
 		{name: "dead-lettered is not lost", committed: map[int32]int64{0: 2, 1: 2}, marks: map[string]bool{"e1": true, "e3": true, "e4": true}, dead: map[string]bool{"e2": true}},
+		{name: "purged from the DLQ is not lost", committed: map[int32]int64{0: 2, 1: 2}, marks: map[string]bool{"e1": true, "e3": true, "e4": true}, purged: map[string]bool{"e2": true}},
+		{name: "purged for another consumer is lost", committed: map[int32]int64{0: 2, 1: 2}, marks: map[string]bool{"e1": true, "e3": true, "e4": true}, purged: map[string]bool{"e9": true}, lost: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Report{Pending: map[string]int{}, DeadLettered: map[string]int{}}
-			checkConsumer(&r, "fulfillment", records, tt.committed, tt.marks, tt.dead)
+			r := Report{Pending: map[string]int{}, DeadLettered: map[string]int{}, Purged: map[string]int{}}
+			checkConsumer(&r, "fulfillment", records, tt.committed, tt.marks, tt.dead, tt.purged)
 			if r.Lost != tt.lost || r.Pending["fulfillment"] != tt.pend {
 				t.Fatalf("lost %d pending %d, want %d %d (%v)", r.Lost, r.Pending["fulfillment"], tt.lost, tt.pend, r.Violations)
 			}
@@ -107,12 +119,163 @@ func TestCheckConsumer(t *testing.T) {
 }
 
 func TestReportOK(t *testing.T) {
-	if !(&Report{Unpublished: 3, Pending: map[string]int{"x": 2}}).OK() {
-		t.Fatal("in-flight work is not a violation")
+	if r := (&Report{Unpublished: 3, Pending: map[string]int{"x": 2}, Drained: true}); !r.OK() || len(r.Failures()) != 0 {
+		t.Fatalf("in-flight work is not a violation: %v", r.Failures())
 	}
 	for _, r := range []Report{{Lost: 1}, {DuplicateEffects: 1}, {MarksWithoutEffect: 1}, {EffectsWithoutMark: 1}, {OrderingViolations: 1}} {
-		if r.OK() {
-			t.Fatalf("%+v reported OK", r)
+		r.Drained = true
+		if r.OK() || r.ContractKept() || len(r.Failures()) != 1 {
+			t.Fatalf("%+v reported OK (failures %v)", r, r.Failures())
 		}
+	}
+	for _, r := range []Report{{UnpublishedPastGrace: 1, Unpublished: 1, Drained: true}, {Drained: false}} {
+		if r.OK() || !r.ContractKept() || len(r.Failures()) != 1 {
+			t.Fatalf("%+v: OK %v, contract kept %v, failures %v; want a failure that is no contract violation", r, r.OK(), r.ContractKept(), r.Failures())
+		}
+	}
+}
+
+func TestCheckDeliveriesGraceAndPrunedOutbox(t *testing.T) {
+	created, cancelled := "OrderCreated", "OrderCancelled"
+	tests := []struct {
+		name       string
+		events     []outboxEvent
+		records    []kafkaread.Record
+		slotPassed bool
+		want       Report
+		mention    string
+	}{
+		{
+			name:    "unpublished within the grace",
+			events:  []outboxEvent{{id: "e1", key: "o1", typ: created, age: 59 * time.Second}},
+			want:    Report{Unpublished: 1},
+			mention: "",
+		},
+		{
+			name:    "unpublished beyond the grace",
+			events:  []outboxEvent{{id: "e1", key: "o1", typ: created, age: 61 * time.Second}, {id: "e2", key: "o2", typ: created, age: time.Second}},
+			want:    Report{Unpublished: 2, UnpublishedPastGrace: 1},
+			mention: "e1",
+		},
+		{
+			name:       "old and missing once the slot confirmed past it is lost, not unpublished",
+			events:     []outboxEvent{{id: "e1", key: "o1", typ: created, age: time.Hour}},
+			slotPassed: true,
+			want:       Report{Lost: 1},
+			mention:    "e1",
+		},
+		{
+			name:       "outbox pruned, records in order",
+			records:    []kafkaread.Record{typed(0, 0, "o1", "e1", created), typed(0, 1, "o1", "e2", cancelled), typed(0, 2, "o1", "e1", created)},
+			slotPassed: true,
+			want:       Report{Deliveries: 3, DuplicateDeliveries: 1},
+		},
+		{
+			name:       "outbox pruned, cancel before create in one partition",
+			records:    []kafkaread.Record{typed(3, 0, "o1", "e2", cancelled), typed(3, 1, "o1", "e1", created)},
+			slotPassed: true,
+			want:       Report{Deliveries: 2, OrderingViolations: 1},
+			mention:    "e2",
+		},
+		{
+			name:       "cancel before create, only the cancel still in the outbox",
+			events:     []outboxEvent{{id: "e2", key: "o1", typ: cancelled}},
+			records:    []kafkaread.Record{typed(3, 0, "o1", "e2", cancelled), typed(3, 1, "o1", "e1", created)},
+			slotPassed: true,
+			want:       Report{Deliveries: 2, OrderingViolations: 1},
+			mention:    "e2",
+		},
+		{
+			name:       "cancel before create, both in the outbox, is reported once",
+			events:     []outboxEvent{{id: "e1", key: "o1", typ: created}, {id: "e2", key: "o1", typ: cancelled}},
+			records:    []kafkaread.Record{typed(3, 0, "o1", "e2", cancelled), typed(3, 1, "o1", "e1", created)},
+			slotPassed: true,
+			want:       Report{Deliveries: 2, OrderingViolations: 1},
+			mention:    "e1",
+		},
+	}
+	a := &auditor{cfg: DefaultConfig()}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r Report
+			a.checkDeliveries(&r, tt.events, tt.records, tt.slotPassed)
+			if r.Deliveries != tt.want.Deliveries || r.DuplicateDeliveries != tt.want.DuplicateDeliveries || r.Lost != tt.want.Lost ||
+				r.Unpublished != tt.want.Unpublished || r.UnpublishedPastGrace != tt.want.UnpublishedPastGrace || r.OrderingViolations != tt.want.OrderingViolations {
+				t.Fatalf("got %+v, want %+v", r, tt.want)
+			}
+			all := strings.Join(r.Violations, "\n")
+			if (tt.mention == "") != (len(r.Violations) == 0) || !strings.Contains(all, tt.mention) {
+				t.Fatalf("violations %q, want one naming %q", r.Violations, tt.mention)
+			}
+		})
+	}
+}
+
+func TestCompareLedger(t *testing.T) {
+	tests := []struct {
+		name                string
+		buckets             []ledgerBucket
+		marks               int
+		dups, mwe, unattrib int
+		mention             string
+	}{
+		{name: "every mark attributed, equal", buckets: []ledgerBucket{{customer: "a", counted: 2, marked: 2, orders: 2, cancelCounted: 1, cancelMarked: 1, cancelledOrders: 1}}, marks: 3},
+		{name: "every mark attributed, one counted twice", buckets: []ledgerBucket{{customer: "a", counted: 3, marked: 2, orders: 3}}, marks: 2, dups: 1, mention: "a/"},
+		{name: "every mark attributed, one counted too few", buckets: []ledgerBucket{{customer: "a", counted: 1, marked: 2, orders: 2}}, marks: 2, mwe: 1, mention: "a/"},
+		{
+			name:    "outbox and topic pruned: marks unattributed, counters within the orders",
+			buckets: []ledgerBucket{{customer: "a", counted: 5, orders: 5, cancelCounted: 1, cancelledOrders: 1}, {customer: "b", counted: 2, marked: 1, orders: 2}},
+			marks:   8, unattrib: 7,
+		},
+		{
+			name:    "pruned, one bucket counts more orders than it has",
+			buckets: []ledgerBucket{{customer: "a", counted: 6, orders: 5}, {customer: "b", counted: 2, marked: 1, orders: 2}},
+			marks:   8, unattrib: 7, dups: 1, mention: "a/",
+		},
+		{
+			name:    "pruned, counters add up to more than the marks",
+			buckets: []ledgerBucket{{customer: "a", counted: 5, orders: 5}, {customer: "b", counted: 2, marked: 1, orders: 2}},
+			marks:   6, unattrib: 5, dups: 1, mention: "add up to 7 for 6 marks",
+		},
+		{
+			name:    "pruned, counters add up to fewer than the marks",
+			buckets: []ledgerBucket{{customer: "a", counted: 4, orders: 5}, {customer: "b", counted: 2, marked: 1, orders: 2}},
+			marks:   7, unattrib: 6, mwe: 1, mention: "add up to 6 for 7 marks",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := compareLedger(tt.buckets, tt.marks)
+			if e.duplicates != tt.dups || e.marksWithoutEffect != tt.mwe || e.unattributed != tt.unattrib {
+				t.Fatalf("duplicates %d, marks without effect %d, unattributed %d; want %d %d %d (%v)",
+					e.duplicates, e.marksWithoutEffect, e.unattributed, tt.dups, tt.mwe, tt.unattrib, e.details)
+			}
+			all := strings.Join(e.details, "\n")
+			if (tt.mention == "") != (len(e.details) == 0) || !strings.Contains(all, tt.mention) {
+				t.Fatalf("details %q, want one naming %q", e.details, tt.mention)
+			}
+		})
+	}
+}
+
+func TestDefaultConsumersAreEveryConsumer(t *testing.T) {
+	got := DefaultConsumers()
+	want := map[string]string{"fulfillment": "eventforge-fulfillment", "ledger": "eventforge-ledger"}
+	if len(got) != len(want) {
+		t.Fatalf("default consumers %v, want %v", got, want)
+	}
+	for name, group := range want {
+		if got[name] != group {
+			t.Fatalf("default consumers %v, want %v", got, want)
+		}
+		if _, err := consumer.HandlerFor(name); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("every consumer must have an effect check: %v", err)
+	}
+	if cfg := (Config{}).withDefaults(); len(cfg.Consumers) != len(want) {
+		t.Fatalf("an empty --consumer audits %v, want every consumer", cfg.Consumers)
 	}
 }

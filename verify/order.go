@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -85,6 +86,7 @@ var orderEffectChecks = map[string]orderEffects{
 // but restricted to that order. It reads the whole topic and DLQ (see the
 // limits in docs/verify.md). Config.Wait is ignored.
 func AuditOrder(ctx context.Context, cfg Config, orderID string) (*OrderReport, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid verify config: %w", err)
 	}
@@ -102,8 +104,12 @@ func AuditOrder(ctx context.Context, cfg Config, orderID string) (*OrderReport, 
 }
 
 func auditOrder(ctx context.Context, cfg Config, pool *pgxpool.Pool, kr *kafkaread.Reader, orderID string) (*OrderReport, error) {
-	var logical int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregateid = $1`, orderID).Scan(&logical); err != nil {
+	rows, err := pool.Query(ctx, `SELECT id::text FROM outbox WHERE aggregateid = $1`, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox of order %s: %w", orderID, err)
+	}
+	outboxIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return nil, fmt.Errorf("reading outbox of order %s: %w", orderID, err)
 	}
 	// Committed offsets before marks and records (see docs/verify.md).
@@ -127,11 +133,28 @@ func auditOrder(ctx context.Context, cfg Config, pool *pgxpool.Pool, kr *kafkare
 			return nil, err
 		}
 	}
-	rep := orderCounts(orderID, logical, records, dead, committed)
+	rep := orderCounts(orderID, len(outboxIDs), records, dead, committed)
+	// The order's events: its outbox rows (while not pruned), its records
+	// and its dead letters.
+	var ids []string
+	add := func(id string) {
+		if u, err := uuid.Parse(id); err == nil {
+			ids = append(ids, u.String())
+		}
+	}
+	for _, id := range outboxIDs {
+		add(id)
+	}
+	for _, rs := range [][]kafkaread.Record{records, dead} {
+		for _, r := range rs {
+			if r.Key == orderID {
+				add(r.Headers["id"])
+			}
+		}
+	}
 	for name := range cfg.Consumers {
 		var marks int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_events pe JOIN outbox o ON o.id = pe.event_id
-			WHERE pe.consumer = $1 AND o.aggregateid = $2`, name, orderID).Scan(&marks)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE consumer = $1 AND event_id = ANY($2::text[]::uuid[])`, name, ids).Scan(&marks)
 		if err != nil {
 			return nil, fmt.Errorf("reading marks of %s for order %s: %w", name, orderID, err)
 		}

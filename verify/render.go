@@ -31,8 +31,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("business changes ("+n+")", r.BusinessChanges[n])
 		row("  pending ("+n+")", r.Pending[n])
 		row("  dead-lettered ("+n+")", r.DeadLettered[n])
+		row("  purged from the DLQ ("+n+")", r.Purged[n])
+		row("  unattributed marks ("+n+")", r.UnattributedMarks[n])
 	}
-	row("unpublished (in flight)", r.Unpublished)
+	row("unpublished", r.Unpublished)
+	row("unpublished beyond the grace", r.UnpublishedPastGrace)
 	row("slot lag bytes", r.SlotLagBytes)
 	row("lost", r.Lost)
 	row("duplicate effects", r.DuplicateEffects)
@@ -43,8 +46,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("drained", "no: the pipeline did not drain within --wait")
 	}
 	verdict := "OK: no event lost, no effect applied twice"
-	if !r.OK() {
+	switch {
+	case !r.ContractKept():
 		verdict = "VIOLATED"
+	case !r.OK():
+		verdict = "FAILED: the pipeline is not keeping up"
 	}
 	row("verdict", verdict)
 	if err := tw.Flush(); err != nil {

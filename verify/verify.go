@@ -6,7 +6,17 @@
 // (logical events, deliveries, business changes) plus the violations that
 // would break the promise "at-least-once delivery, exactly one business
 // effect": lost events, duplicate effects, marks without effect and per-order
-// ordering violations.
+// ordering violations, plus the two states in which the audit cannot vouch
+// for the pipeline: events left unpublished beyond a grace period and a
+// pipeline that did not drain within the wait.
+//
+// The outbox is pruned after a retention (24 h by default), so no check
+// needs an outbox row: an event is attributed to its order and type from its
+// outbox row, its Kafka record, its dead letter or its purge record,
+// whichever still exists. Checks keyed on orders and counters (a second
+// shipment, ledger counters against the number of marks) cover all time;
+// the rest cover the events that can still be attributed (docs/verify.md,
+// "Audit window").
 package verify
 
 import (
@@ -27,8 +37,10 @@ type Config struct {
 	// DLQTopic is the dead-letter topic; empty means <topic>.dlq. A missing
 	// DLQ topic is treated as empty.
 	DLQTopic string `name:"dlq-topic" help:"Dead-letter topic (default <topic>.dlq)."`
-	// Consumers maps consumer names to their Kafka groups.
-	Consumers map[string]string `name:"consumer" help:"consumer=group pairs to audit (repeatable)." default:"fulfillment=eventforge-fulfillment"`
+	// Consumers maps consumer names to their Kafka groups; empty means
+	// every consumer EventForge runs, with its default group
+	// (DefaultConsumers).
+	Consumers map[string]string `name:"consumer" help:"consumer=group pairs to audit (repeatable; default: every consumer with its default group, eventforge-<name>)."`
 	// Slot is the replication slot of the CDC reader.
 	Slot string `name:"slot" help:"Replication slot of the CDC reader." default:"eventforge_outbox"`
 	// Wait, when positive, first waits (up to this long) for the slot to
@@ -36,6 +48,10 @@ type Config struct {
 	// the end of the topic, so that in-flight events are not reported as
 	// pending.
 	Wait time.Duration `name:"wait" help:"Wait up to this long for the pipeline to drain before auditing (0: audit at once)." default:"0s"`
+	// Grace is how long a committed outbox event may stay out of Kafka
+	// before it counts as unpublished beyond the grace, which fails the
+	// audit: a relay that stopped publishing.
+	Grace time.Duration `name:"grace" help:"Longest a committed outbox event may stay unpublished before the audit fails." default:"1m"`
 	// Timeout bounds the audit itself (after any Wait).
 	Timeout time.Duration `name:"timeout" help:"Longest the audit may take after --wait." default:"5m"`
 }
@@ -46,8 +62,9 @@ func DefaultConfig() Config {
 		DatabaseURL:  "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
 		KafkaBrokers: "127.0.0.1:19092",
 		Topic:        "eventforge.orders",
-		Consumers:    map[string]string{"fulfillment": "eventforge-fulfillment"},
+		Consumers:    DefaultConsumers(),
 		Slot:         "eventforge_outbox",
+		Grace:        time.Minute,
 		Timeout:      5 * time.Minute,
 	}
 }
@@ -63,10 +80,18 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("no effect check for consumer %q (known: %v)", name, knownConsumers()))
 		}
 	}
-	if c.Wait < 0 {
-		errs = append(errs, errors.New("wait must not be negative"))
+	if c.Wait < 0 || c.Grace < 0 {
+		errs = append(errs, errors.New("wait and grace must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// withDefaults fills what an empty field means.
+func (c Config) withDefaults() Config {
+	if len(c.Consumers) == 0 {
+		c.Consumers = DefaultConsumers()
+	}
+	return c
 }
 
 func (c Config) dlqTopic() string {
@@ -91,7 +116,7 @@ type Report struct {
 	// Lost counts events the contract lost: an outbox event absent from
 	// Kafka although the slot confirmed past it, or a record a consumer's
 	// committed offset passed without applying it (and without
-	// dead-lettering it).
+	// dead-lettering it, and without a purge record of its dead letter).
 	Lost int `json:"lost"`
 	// DuplicateEffects counts business effects applied more than once.
 	DuplicateEffects int `json:"duplicate_effects"`
@@ -100,31 +125,74 @@ type Report struct {
 	MarksWithoutEffect int `json:"marks_without_effect"`
 	EffectsWithoutMark int `json:"effects_without_mark"`
 	// OrderingViolations counts orders whose events are spread over several
-	// partitions or appear in Kafka out of commit order.
+	// partitions or appear in Kafka out of commit order (or, once the outbox
+	// rows are pruned, another event of an order before its OrderCreated).
 	OrderingViolations int `json:"ordering_violations"`
+	// UnpublishedPastGrace counts the unpublished events committed longer
+	// than Config.Grace ago: a relay that stopped publishing. It fails the
+	// audit.
+	UnpublishedPastGrace int `json:"unpublished_past_grace"`
 
 	// Unpublished counts outbox events not in Kafka yet while the slot has
-	// not confirmed past them: in flight, not lost.
+	// not confirmed past them (including those past the grace).
 	Unpublished int `json:"unpublished"`
 	// Pending counts, per consumer, records beyond the committed offset that
 	// are not applied yet: in flight, not lost.
 	Pending map[string]int `json:"pending"`
 	// DeadLettered counts, per consumer, events found in the DLQ.
 	DeadLettered map[string]int `json:"dead_lettered"`
+	// Purged counts, per consumer, dead-lettered events deleted from the DLQ
+	// by `eventforge dlq purge` (recorded in the table dlq_purged).
+	Purged map[string]int `json:"purged"`
+	// UnattributedMarks counts, per consumer, marks whose event can no
+	// longer be attributed to an order (outbox row pruned, Kafka record past
+	// the topic's retention): they are audited only by the checks keyed on
+	// orders and counters.
+	UnattributedMarks map[string]int `json:"unattributed_marks"`
 	// SlotLagBytes is the WAL between the server's position and the slot's
 	// confirmed_flush_lsn at the time of the audit.
 	SlotLagBytes int64 `json:"slot_lag_bytes"`
 	// Drained is false when Wait was set and the pipeline did not drain in
-	// time (pending work is then expected).
+	// time. It fails the audit: pending work was expected to finish.
 	Drained bool `json:"drained"`
 	// Violations describes the first violations found, one per line.
 	Violations []string `json:"violations"`
 }
 
-// OK reports whether the audit found no violation of the contract.
+// OK reports whether the audit passed: no violation of the contract,
+// nothing unpublished beyond the grace, and a drained pipeline when the
+// audit was asked to wait for it.
 func (r *Report) OK() bool {
+	return r.ContractKept() && r.UnpublishedPastGrace == 0 && r.Drained
+}
+
+// ContractKept reports whether the audit found no violation of the
+// contract: nothing lost, no effect applied twice, no mark without its
+// effect or effect without its mark, no ordering violation.
+func (r *Report) ContractKept() bool {
 	return r.Lost == 0 && r.DuplicateEffects == 0 && r.MarksWithoutEffect == 0 &&
 		r.EffectsWithoutMark == 0 && r.OrderingViolations == 0
+}
+
+// Failures lists, one phrase each, why OK is false.
+func (r *Report) Failures() []string {
+	var out []string
+	for _, c := range []struct {
+		n    int
+		what string
+	}{
+		{r.Lost, "lost"}, {r.DuplicateEffects, "duplicate effects"}, {r.MarksWithoutEffect, "marks without effect"},
+		{r.EffectsWithoutMark, "effects without mark"}, {r.OrderingViolations, "ordering violations"},
+		{r.UnpublishedPastGrace, "unpublished beyond the grace"},
+	} {
+		if c.n > 0 {
+			out = append(out, fmt.Sprintf("%s %d", c.what, c.n))
+		}
+	}
+	if !r.Drained {
+		out = append(out, "the pipeline did not drain within --wait")
+	}
+	return out
 }
 
 // maxDetails bounds Report.Violations; counters stay exact.
@@ -140,6 +208,7 @@ func (r *Report) violate(format string, args ...any) {
 // not be completed (unreachable database or broker); contract violations are
 // in the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid verify config: %w", err)
 	}

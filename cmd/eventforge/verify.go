@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/eventforge/eventforge/verify"
 )
@@ -13,7 +14,8 @@ type verifyCmd struct {
 }
 
 // Run audits durable state and exits 1 when the delivery contract is
-// violated.
+// violated, when events stay unpublished beyond --grace, or when the
+// pipeline did not drain within --wait.
 func (c *verifyCmd) Run(env *runEnv) error {
 	rep, err := verify.Run(env.ctx, c.Config)
 	if err != nil {
@@ -28,8 +30,7 @@ func (c *verifyCmd) Run(env *runEnv) error {
 		return err
 	}
 	if !rep.OK() {
-		return fmt.Errorf("delivery contract violated: lost %d, duplicate effects %d, marks without effect %d, effects without mark %d, ordering violations %d",
-			rep.Lost, rep.DuplicateEffects, rep.MarksWithoutEffect, rep.EffectsWithoutMark, rep.OrderingViolations)
+		return fmt.Errorf("audit failed: %s", strings.Join(rep.Failures(), ", "))
 	}
 	return nil
 }

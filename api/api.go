@@ -56,6 +56,21 @@ type Config struct {
 	IdempotencyWindow time.Duration `name:"idempotency-window" help:"How long CreateOrder idempotency keys are kept before they are pruned." default:"24h"`
 	// PruneInterval is how often expired idempotency keys are deleted.
 	PruneInterval time.Duration `name:"prune-interval" help:"How often expired idempotency keys are deleted." default:"1m"`
+	// ReadTimeout bounds reading one HTTP request, headers and body, so a
+	// client that sends its body slowly cannot hold a handler forever.
+	ReadTimeout time.Duration `name:"http-read-timeout" help:"Longest time to read one HTTP request, body included (a slower request is answered 408)." default:"30s"`
+	// WriteTimeout bounds one HTTP request from the end of its headers to
+	// the end of its response; it must exceed RequestTimeout.
+	WriteTimeout time.Duration `name:"http-write-timeout" help:"Longest time from the end of an HTTP request's headers to the end of its response; must exceed --request-timeout." default:"30s"`
+	// IdleTimeout bounds how long an idle keep-alive HTTP connection stays
+	// open. gRPC connections are not HTTP/1 server connections and keep
+	// their own keepalive settings.
+	IdleTimeout time.Duration `name:"http-idle-timeout" help:"How long an idle keep-alive HTTP connection is kept open." default:"2m"`
+	// PageTokenKey signs ListOrders page tokens (HMAC-SHA256), so a forged
+	// or altered token is refused. Every api replica behind one load
+	// balancer needs the same key; when empty, each process draws a random
+	// key and tokens do not survive a restart or a move to another replica.
+	PageTokenKey string `name:"page-token-key" help:"Secret (at least 32 bytes) that signs ListOrders page tokens; the same on every replica. Empty: a random key per process."`
 	// TLSCertFile and TLSKeyFile, when set, serve gRPC and HTTP over TLS.
 	TLSCertFile string `name:"tls-cert-file" help:"PEM certificate (chain) to serve gRPC and HTTP over TLS; with --tls-key-file. Empty: plaintext."`
 	TLSKeyFile  string `name:"tls-key-file" help:"PEM private key of --tls-cert-file."`
@@ -84,6 +99,9 @@ func DefaultConfig() Config {
 		RequestTimeout:    10 * time.Second,
 		IdempotencyWindow: 24 * time.Hour,
 		PruneInterval:     time.Minute,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 	}
 }
 
@@ -101,6 +119,15 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout <= 0 || c.IdempotencyWindow <= 0 || c.PruneInterval <= 0 {
 		errs = append(errs, errors.New("request-timeout, idempotency-window and prune-interval must be positive"))
+	}
+	if c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
+		errs = append(errs, errors.New("http-read-timeout and http-idle-timeout must be positive"))
+	}
+	if c.WriteTimeout <= c.RequestTimeout {
+		errs = append(errs, fmt.Errorf("http-write-timeout (%s) must exceed request-timeout (%s), or REST answers would be cut off", c.WriteTimeout, c.RequestTimeout))
+	}
+	if n := len(c.PageTokenKey); n > 0 && n < rpc.MinPageTokenKeyLen {
+		errs = append(errs, fmt.Errorf("page-token-key must be at least %d bytes, got %d", rpc.MinPageTokenKeyLen, n))
 	}
 	return errors.Join(errs...)
 }
@@ -161,7 +188,14 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		tracing.GRPCServerOption(),
 		grpc.ChainUnaryInterceptor(logRequests(logger), capDeadline(cfg.RequestTimeout)),
 	)
-	eventforgev1.RegisterOrderServiceServer(grpcServer, rpc.New(st, logger))
+	var rpcOpts []rpc.Option
+	if cfg.PageTokenKey != "" {
+		rpcOpts = append(rpcOpts, rpc.WithPageTokenKey([]byte(cfg.PageTokenKey)))
+	} else {
+		logger.Warn("no page-token-key: ListOrders page tokens are signed with a random key of this process; " +
+			"they fail after a restart and on other replicas; set the same EVENTFORGE_PAGE_TOKEN_KEY on every replica")
+	}
+	eventforgev1.RegisterOrderServiceServer(grpcServer, rpc.New(st, logger, rpcOpts...))
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	reflection.Register(grpcServer)
@@ -183,9 +217,21 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		httpLis.Close()
 		return fmt.Errorf("registering gateway: %w", err)
 	}
+	openAPI, err := rpc.OpenAPI()
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return fmt.Errorf("building the OpenAPI document: %w", err)
+	}
+	routes, err := declaredRoutes(openAPI)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", tracing.HTTPHandler(limitBody(gw, MaxRequestBytes, logger), "rest"))
+	mux.Handle("/v1/", tracing.HTTPHandler(routes.allowMethods(limitBody(gw, MaxRequestBytes, logger)), "rest"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
@@ -204,12 +250,18 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	mux.Handle("GET /metrics", metrics.Handler())
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(eventforgev1.OpenAPI)
+		_, _ = w.Write(openAPI)
 	})
 	for pattern, h := range cfg.Handlers {
 		mux.Handle(pattern, h)
 	}
-	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	httpServer := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
 
 	addrs := Addrs{GRPC: grpcLis.Addr().String(), HTTP: httpLis.Addr().String()}
 	logger.Info("api listening", "grpc_addr", addrs.GRPC, "http_addr", addrs.HTTP)
@@ -327,16 +379,34 @@ func forwardHeader(key string) (string, bool) {
 }
 
 // limitBody refuses request bodies larger than limit with 413 and a
-// google.rpc.Status body; the gateway then decodes the buffered body.
+// google.rpc.Status body, and a body not received within the server's read
+// timeout with 408; the gateway then decodes the buffered body. It also
+// refuses with 400 an Idempotency-Key the gateway could not forward.
 func limitBody(next http.Handler, limit int64, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
 			tooLarge(w, r, limit, logger)
 			return
 		}
+		for _, key := range r.Header.Values(rpc.IdempotencyKeyHeader) {
+			if strings.ContainsFunc(key, func(c rune) bool { return c < 0x20 || c > 0x7e }) {
+				// gRPC metadata cannot carry it: the gateway would drop it.
+				if err := rpc.KeyHeaderError(key); err != nil {
+					writeStatus(w, http.StatusBadRequest, status.Convert(err))
+					return
+				}
+			}
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-			if err != nil {
+			var netErr net.Error
+			switch {
+			case errors.As(err, &netErr) && netErr.Timeout():
+				logger.LogAttrs(r.Context(), slog.LevelInfo, "http request refused",
+					slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", http.StatusRequestTimeout))
+				writeStatus(w, http.StatusRequestTimeout, status.New(codes.DeadlineExceeded, "the request body was not received in time"))
+				return
+			case err != nil:
 				writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, "reading the request body failed"))
 				return
 			}

@@ -252,9 +252,15 @@ func TestValidationWritesNothing(t *testing.T) {
 		{"currency lower case", func(r *eventforgev1.CreateOrderRequest) { r.Currency = "eur" }, "currency"},
 		{"currency 4 letters", func(r *eventforgev1.CreateOrderRequest) { r.Currency = "EURO" }, "currency"},
 		{"currency empty", func(r *eventforgev1.CreateOrderRequest) { r.Currency = "" }, "currency"},
-		{"total overflow", func(r *eventforgev1.CreateOrderRequest) {
+		{"unit price near 2^63", func(r *eventforgev1.CreateOrderRequest) {
 			r.Items = []*eventforgev1.OrderItem{{Sku: "A", Quantity: 10_000, UnitPriceCents: 1 << 62}}
-		}, "items"},
+		}, "items[0].unit_price_cents"},
+		{"unit price over 10^12", func(r *eventforgev1.CreateOrderRequest) { r.Items[0].UnitPriceCents = 1_000_000_000_001 }, "items[0].unit_price_cents"},
+		{"currency XYZ", func(r *eventforgev1.CreateOrderRequest) { r.Currency = "XYZ" }, "currency"},
+		{"customer_id with NUL", func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = "a\x00b" }, "customer_id"},
+		{"customer_id with C1 control", func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = "a\u009bb" }, "customer_id"},
+		{"sku with NUL", func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Sku = "A\x00" }, "items[0].sku"},
+		{"request_id with NUL", func(r *eventforgev1.CreateOrderRequest) { r.RequestId = "k\x00" }, "request_id"},
 		{"request_id too long", func(r *eventforgev1.CreateOrderRequest) { r.RequestId = strings.Repeat("k", 256) }, "request_id"},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,9 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -41,24 +43,38 @@ func TestIdempotencyKeyRules(t *testing.T) {
 		{name: "both differ", ctx: withKeyHeader("k-4"), field: "k-5", bad: "request_id"},
 		{name: "empty header", ctx: withKeyHeader(""), bad: IdempotencyKeyHeader},
 		{name: "header twice", ctx: withKeyHeader("a", "b"), bad: IdempotencyKeyHeader},
-		{name: "field too long", ctx: context.Background(), field: strings.Repeat("k", MaxRequestIDLen+1), bad: "request_id"},
-		{name: "field longest", ctx: context.Background(), field: strings.Repeat("k", MaxRequestIDLen), wantKey: strings.Repeat("k", MaxRequestIDLen)},
+		{name: "field too long", ctx: context.Background(), field: strings.Repeat("k", 256), bad: "request_id"},
+		{name: "field longest", ctx: context.Background(), field: strings.Repeat("k", 255), wantKey: strings.Repeat("k", 255)},
+		{name: "header too long", ctx: withKeyHeader(strings.Repeat("k", 256)), bad: IdempotencyKeyHeader},
 		{name: "header with space", ctx: withKeyHeader("a b"), bad: IdempotencyKeyHeader},
+		{name: "header with NUL", ctx: withKeyHeader("a\x00"), bad: IdempotencyKeyHeader},
 		{name: "field not ASCII", ctx: context.Background(), field: "ключ", bad: "request_id"},
+		{name: "field with DEL", ctx: context.Background(), field: "k\x7f", bad: "request_id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			var gotKey *store.IdempotencyKey
+			srv := New(&fakeStore{t: t, create: func(_ *store.Order, _ store.OutboxEvent, key *store.IdempotencyKey) (store.Created, error) {
+				gotKey = key
+				return store.Created{}, nil
+			}}, quiet)
 			req := validRequest()
 			req.RequestId = tt.field
-			key, v := idempotencyKey(tt.ctx, req)
+			_, err := srv.CreateOrder(tt.ctx, req)
 			if tt.bad != "" {
-				if len(v) != 1 || v[0].GetField() != tt.bad {
-					t.Fatalf("violations %v, want one for %s", v, tt.bad)
+				if code, fields := violations(t, err); code != codes.InvalidArgument || len(fields) != 1 || fields[0] != tt.bad {
+					t.Fatalf("%v %v, want one violation of %s (%v)", code, fields, tt.bad, err)
 				}
 				return
 			}
-			if len(v) > 0 || key != tt.wantKey {
-				t.Fatalf("key %q violations %v, want %q and none", key, v, tt.wantKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.wantKey == "" && gotKey != nil:
+				t.Fatalf("store got key %q, want none", gotKey.Key)
+			case tt.wantKey != "" && (gotKey == nil || gotKey.Key != tt.wantKey):
+				t.Fatalf("store got key %+v, want %q", gotKey, tt.wantKey)
 			}
 		})
 	}
@@ -154,21 +170,40 @@ func TestCreateOrderIdempotency(t *testing.T) {
 }
 
 func TestListOrdersValidation(t *testing.T) {
-	tok := encodePageToken(pageToken{CreatedAt: time.Now(), ID: uuid.New(), Filter: filterDigest("c-1", 0)})
+	srv := New(&fakeStore{t: t}, quiet, WithPageTokenKey([]byte(strings.Repeat("k", MinPageTokenKeyLen))))
+	tok := srv.pageTokens.encode(pageToken{CreatedAt: time.Now(), ID: uuid.New(), Filter: filterDigest("c-1", 0)})
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := func(i int) string {
+		b := bytes.Clone(raw)
+		b[i] ^= 1
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	otherKey := New(&fakeStore{t: t}, quiet).pageTokens.encode(pageToken{CreatedAt: time.Now(), ID: uuid.New(), Filter: filterDigest("c-1", 0)})
+	// A token with a far-future position and no valid signature, as a
+	// client could build one from the layout.
+	forged := base64.RawURLEncoding.EncodeToString(append(append([]byte{pageTokenVersion}, bytes.Repeat([]byte{0x7f}, pageTokenBody-1)...), make([]byte, pageTokenMAC)...))
 	tests := []struct {
 		name  string
 		req   *eventforgev1.ListOrdersRequest
 		field string
 	}{
-		{"long customer", &eventforgev1.ListOrdersRequest{CustomerId: strings.Repeat("c", MaxCustomerIDLen+1)}, "customer_id"},
+		{"long customer", &eventforgev1.ListOrdersRequest{CustomerId: strings.Repeat("c", 129)}, "customer_id"},
+		{"NUL in customer", &eventforgev1.ListOrdersRequest{CustomerId: "a\x00b"}, "customer_id"},
 		{"unknown status", &eventforgev1.ListOrdersRequest{Status: 42}, "status"},
 		{"negative page size", &eventforgev1.ListOrdersRequest{PageSize: -1}, "page_size"},
 		{"garbage token", &eventforgev1.ListOrdersRequest{PageToken: "not-a-token"}, "page_token"},
+		{"token with NUL", &eventforgev1.ListOrdersRequest{PageToken: "a\x00"}, "page_token"},
+		{"forged token", &eventforgev1.ListOrdersRequest{CustomerId: "c-1", PageToken: forged}, "page_token"},
+		{"token with a changed position", &eventforgev1.ListOrdersRequest{CustomerId: "c-1", PageToken: tampered(3)}, "page_token"},
+		{"token with a changed signature", &eventforgev1.ListOrdersRequest{CustomerId: "c-1", PageToken: tampered(len(raw) - 1)}, "page_token"},
+		{"token signed with another key", &eventforgev1.ListOrdersRequest{CustomerId: "c-1", PageToken: otherKey}, "page_token"},
 		{"token of other filters", &eventforgev1.ListOrdersRequest{CustomerId: "c-2", PageToken: tok}, "page_token"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := New(&fakeStore{t: t}, quiet)
 			_, err := srv.ListOrders(context.Background(), tt.req)
 			code, fields := violations(t, err)
 			if code != codes.InvalidArgument || len(fields) != 1 || fields[0] != tt.field {
@@ -176,6 +211,12 @@ func TestListOrdersValidation(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the untouched token is accepted", func(t *testing.T) {
+		q, v, err := srv.validateList(&eventforgev1.ListOrdersRequest{CustomerId: "c-1", PageToken: tok})
+		if err != nil || len(v) > 0 || q.After == nil {
+			t.Fatalf("query %+v violations %v err %v", q, v, err)
+		}
+	})
 }
 
 func TestListOrdersPaging(t *testing.T) {
@@ -234,8 +275,8 @@ func TestListOrdersPaging(t *testing.T) {
 
 	t.Run("page size bounds", func(t *testing.T) {
 		for size, want := range map[int32]int{0: DefaultPageSize, 1: 1, MaxPageSize: MaxPageSize, MaxPageSize + 1: MaxPageSize, 1 << 30: MaxPageSize} {
-			q, v := validateList(&eventforgev1.ListOrdersRequest{PageSize: size})
-			if len(v) > 0 || q.Limit != want {
+			q, v, err := srv.validateList(&eventforgev1.ListOrdersRequest{PageSize: size})
+			if err != nil || len(v) > 0 || q.Limit != want {
 				t.Errorf("page_size %d: limit %d violations %v, want %d", size, q.Limit, v, want)
 			}
 		}
@@ -244,7 +285,8 @@ func TestListOrdersPaging(t *testing.T) {
 
 func TestPageTokenRoundTrip(t *testing.T) {
 	in := pageToken{CreatedAt: time.Date(2026, 11, 30, 5, 1, 2, 345678000, time.UTC), ID: uuid.Must(uuid.NewV7()), Filter: filterDigest("c", 2)}
-	out, err := decodePageToken(encodePageToken(in))
+	tokens := pageTokens{key: randomKey()}
+	out, err := tokens.decode(tokens.encode(in))
 	if err != nil || !out.CreatedAt.Equal(in.CreatedAt) || out.ID != in.ID || out.Filter != in.Filter {
 		t.Fatalf("round trip: %+v, %v; want %+v", out, err, in)
 	}
@@ -324,10 +366,14 @@ func TestCancelOrder(t *testing.T) {
 	}
 	t.Run("validation", func(t *testing.T) {
 		srv := New(&fakeStore{t: t}, quiet)
-		_, err := srv.CancelOrder(context.Background(), &eventforgev1.CancelOrderRequest{OrderId: "x", Reason: strings.Repeat("r", MaxReasonLen+1)})
+		_, err := srv.CancelOrder(context.Background(), &eventforgev1.CancelOrderRequest{OrderId: "x", Reason: strings.Repeat("r", 501)})
 		code, fields := violations(t, err)
 		if code != codes.InvalidArgument || strings.Join(fields, ",") != "order_id,reason" {
 			t.Fatalf("got %v %v", code, fields)
+		}
+		_, err = srv.CancelOrder(context.Background(), &eventforgev1.CancelOrderRequest{OrderId: id.String(), Reason: "changed\x00my mind"})
+		if code, fields := violations(t, err); code != codes.InvalidArgument || strings.Join(fields, ",") != "reason" {
+			t.Fatalf("reason with NUL: got %v %v", code, fields)
 		}
 	})
 }

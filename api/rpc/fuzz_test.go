@@ -3,8 +3,11 @@ package rpc
 import (
 	"bytes"
 	"math/big"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -21,7 +24,9 @@ import (
 func FuzzCreateOrderJSON(f *testing.F) {
 	f.Add([]byte(`{"customer_id":"c-1","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price_cents":1999}]}`))
 	f.Add([]byte(`{"customer_id":"c-1","currency":"EUR","items":[{"sku":"A","quantity":"3","unit_price_cents":"9223372036854775807"}]}`))
+	f.Add([]byte(`{"customer_id":"a\u0000b","currency":"XYZ","items":[{"sku":"A","quantity":1,"unit_price_cents":"1000000000001"}]}`))
 	marshaler := RESTMarshaler()
+	sku := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	orderID, eventID := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
 	now := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -29,7 +34,10 @@ func FuzzCreateOrderJSON(f *testing.F) {
 		if err := marshaler.NewDecoder(bytes.NewReader(body)).Decode(&req); err != nil {
 			return // the gateway answers 400
 		}
-		total, violations := validateCreate(&req)
+		total, violations, err := validateCreate(&req)
+		if err != nil {
+			t.Fatalf("rules not evaluated: %v", err)
+		}
 		if len(violations) > 0 {
 			for _, v := range violations {
 				if v.GetField() == "" || v.GetDescription() == "" {
@@ -42,7 +50,7 @@ func FuzzCreateOrderJSON(f *testing.F) {
 		if err != nil {
 			t.Fatalf("valid request not convertible: %v", err)
 		}
-		if len(o.Items) != len(req.GetItems()) || len(o.Items) < 1 || len(o.Items) > MaxItems {
+		if len(o.Items) != len(req.GetItems()) || len(o.Items) < 1 || len(o.Items) > 100 {
 			t.Fatalf("%d items stored for %d requested", len(o.Items), len(req.GetItems()))
 		}
 		sum := new(big.Int)
@@ -51,7 +59,7 @@ func FuzzCreateOrderJSON(f *testing.F) {
 			if it.SKU != in.GetSku() || it.Quantity != in.GetQuantity() || it.UnitPriceCents != in.GetUnitPriceCents() {
 				t.Fatalf("item %d stored as %+v from %v", i, it, in)
 			}
-			if it.Quantity < 1 || it.Quantity > MaxQuantity || it.UnitPriceCents < 0 || !skuPattern.MatchString(it.SKU) {
+			if it.Quantity < 1 || it.Quantity > 10_000 || it.UnitPriceCents < 0 || it.UnitPriceCents > 1_000_000_000_000 || !sku.MatchString(it.SKU) {
 				t.Fatalf("invalid item %d accepted: %+v", i, it)
 			}
 			sum.Add(sum, new(big.Int).Mul(big.NewInt(int64(it.Quantity)), big.NewInt(it.UnitPriceCents)))
@@ -59,7 +67,7 @@ func FuzzCreateOrderJSON(f *testing.F) {
 		if !sum.IsInt64() || sum.Int64() != o.TotalCents {
 			t.Fatalf("total %d, items sum to %s", o.TotalCents, sum)
 		}
-		if !currencyPattern.MatchString(o.Currency) || o.CustomerID == "" {
+		if !isCurrency(o.Currency) || o.CustomerID == "" || strings.ContainsFunc(o.CustomerID, unicode.IsControl) {
 			t.Fatalf("invalid order accepted: %+v", o)
 		}
 		var payload eventforgev1.OrderCreated

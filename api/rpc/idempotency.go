@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"fmt"
 	"hash"
+	"slices"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/metadata"
@@ -21,42 +21,50 @@ const IdempotencyKeyMetadata = "idempotency-key"
 // IdempotencyKeyHeader is the REST header of the idempotency key.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
-// idempotencyKey returns the request's idempotency key ("" when it has none):
-// the request_id field or the idempotency-key metadata, which must agree when
-// both are set.
-func idempotencyKey(ctx context.Context, req *eventforgev1.CreateOrderRequest) (string, []*errdetails.BadRequest_FieldViolation) {
+// idempotencyKey returns the request's idempotency key ("" when it has none)
+// and where it came from (request_id or the Idempotency-Key header): the
+// request_id field or the idempotency-key metadata, which must agree when
+// both are set. The key's own rules are those of request_id in orders.proto,
+// checked with the rest of the request.
+func idempotencyKey(ctx context.Context, req *eventforgev1.CreateOrderRequest) (key, from string, violations []*errdetails.BadRequest_FieldViolation) {
 	field := req.GetRequestId()
 	var header string
 	if vals := metadata.ValueFromIncomingContext(ctx, IdempotencyKeyMetadata); len(vals) > 0 {
 		header = vals[0]
 		if len(vals) > 1 {
-			return "", []*errdetails.BadRequest_FieldViolation{violation(IdempotencyKeyHeader, "must be sent once")}
+			return "", "", []*errdetails.BadRequest_FieldViolation{violation(IdempotencyKeyHeader, "must be sent once")}
 		}
 		if header == "" {
-			return "", []*errdetails.BadRequest_FieldViolation{violation(IdempotencyKeyHeader, "must not be empty when sent")}
+			return "", "", []*errdetails.BadRequest_FieldViolation{violation(IdempotencyKeyHeader, "must not be empty when sent")}
 		}
 	}
 	switch {
 	case field != "" && header != "" && field != header:
-		return "", []*errdetails.BadRequest_FieldViolation{violation("request_id", "differs from the Idempotency-Key header; send one of them, or the same key in both")}
+		return "", "", []*errdetails.BadRequest_FieldViolation{violation("request_id", "differs from the Idempotency-Key header; send one of them, or the same key in both")}
 	case field != "":
-		return field, validateKey("request_id", field)
+		return field, "request_id", nil
 	case header != "":
-		return header, validateKey(IdempotencyKeyHeader, header)
+		return header, IdempotencyKeyHeader, nil
 	}
-	return "", nil
+	return "", "", nil
 }
 
-func validateKey(name, key string) []*errdetails.BadRequest_FieldViolation {
-	if len(key) > MaxRequestIDLen {
-		return []*errdetails.BadRequest_FieldViolation{violation(name, fmt.Sprintf("must be at most %d characters, got %d", MaxRequestIDLen, len(key)))}
+// KeyHeaderError returns the INVALID_ARGUMENT error for an Idempotency-Key
+// header value that breaks the rules of request_id (nil when it keeps
+// them). The REST gateway drops a header value that gRPC metadata cannot
+// carry (anything but printable ASCII), so the REST layer checks such a
+// value itself.
+func KeyHeaderError(key string) error {
+	violations, err := checkRules(&eventforgev1.CreateOrderRequest{RequestId: key})
+	if err != nil {
+		return err
 	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x21 || c > 0x7e {
-			return []*errdetails.BadRequest_FieldViolation{violation(name, "must consist of printable ASCII characters without spaces")}
-		}
+	violations = slices.DeleteFunc(violations, func(v *errdetails.BadRequest_FieldViolation) bool { return v.GetField() != "request_id" })
+	if len(violations) == 0 {
+		return nil
 	}
-	return nil
+	renameField(violations, "request_id", IdempotencyKeyHeader)
+	return invalidArgument(violations)
 }
 
 // requestHash is a digest of everything in a create request that defines the

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/eventforge/eventforge/api/store"
@@ -45,11 +46,28 @@ type Server struct {
 	logger *slog.Logger
 	now    func() time.Time
 	newID  func() (uuid.UUID, error)
+
+	pageTokens pageTokens
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithPageTokenKey signs ListOrders page tokens with key (HMAC-SHA256, at
+// least MinPageTokenKeyLen bytes). Every process behind one load balancer
+// needs the same key, or a token from one is refused by the others. Without
+// this option the Server uses a random key of its own.
+func WithPageTokenKey(key []byte) Option {
+	return func(s *Server) { s.pageTokens = pageTokens{key: append([]byte(nil), key...)} }
 }
 
 // New returns a Server backed by s.
-func New(s Store, logger *slog.Logger) *Server {
-	return &Server{store: s, logger: logger, now: time.Now, newID: uuid.NewV7}
+func New(s Store, logger *slog.Logger, opts ...Option) *Server {
+	srv := &Server{store: s, logger: logger, now: time.Now, newID: uuid.NewV7, pageTokens: pageTokens{key: randomKey()}}
+	for _, o := range opts {
+		o(srv)
+	}
+	return srv
 }
 
 // payloadJSON is how event payloads are stored in outbox.payload: protojson
@@ -60,8 +78,20 @@ var payloadJSON = protojson.MarshalOptions{UseProtoNames: true}
 // OrderCreated outbox event in one transaction; with an idempotency key, a
 // retry of the same request returns the first call's order.
 func (s *Server) CreateOrder(ctx context.Context, req *eventforgev1.CreateOrderRequest) (*eventforgev1.CreateOrderResponse, error) {
-	key, keyViolations := idempotencyKey(ctx, req)
-	total, violations := validateCreate(req)
+	key, keyFrom, keyViolations := idempotencyKey(ctx, req)
+	checked := req
+	if keyFrom == IdempotencyKeyHeader {
+		// The header obeys the rules of request_id.
+		checked = proto.CloneOf(req)
+		checked.RequestId = key
+	}
+	total, violations, err := validateCreate(checked)
+	if err != nil {
+		return nil, s.internal(ctx, "validating order", err)
+	}
+	if keyFrom == IdempotencyKeyHeader {
+		renameField(violations, "request_id", IdempotencyKeyHeader)
+	}
 	violations = append(violations, keyViolations...)
 	if len(violations) > 0 {
 		return nil, invalidArgument(violations)
@@ -139,9 +169,16 @@ func newOrder(req *eventforgev1.CreateOrderRequest, total int64, orderID, eventI
 
 // GetOrder returns one order.
 func (s *Server) GetOrder(ctx context.Context, req *eventforgev1.GetOrderRequest) (*eventforgev1.GetOrderResponse, error) {
-	id, err := parseOrderID(req.GetOrderId())
+	violations, err := checkRules(req)
 	if err != nil {
-		return nil, err
+		return nil, s.internal(ctx, "validating order id", err)
+	}
+	if len(violations) > 0 {
+		return nil, invalidArgument(violations)
+	}
+	id, err := uuid.Parse(req.GetOrderId())
+	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
+		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
 	}
 	o, err := s.store.GetOrder(ctx, id)
 	if err != nil {
@@ -152,7 +189,10 @@ func (s *Server) GetOrder(ctx context.Context, req *eventforgev1.GetOrderRequest
 
 // ListOrders returns one page of orders, newest first.
 func (s *Server) ListOrders(ctx context.Context, req *eventforgev1.ListOrdersRequest) (*eventforgev1.ListOrdersResponse, error) {
-	q, violations := validateList(req)
+	q, violations, err := s.validateList(req)
+	if err != nil {
+		return nil, s.internal(ctx, "validating list request", err)
+	}
 	if len(violations) > 0 {
 		return nil, invalidArgument(violations)
 	}
@@ -166,7 +206,7 @@ func (s *Server) ListOrders(ctx context.Context, req *eventforgev1.ListOrdersReq
 	if len(orders) > limit {
 		orders = orders[:limit]
 		last := orders[len(orders)-1]
-		resp.NextPageToken = encodePageToken(pageToken{
+		resp.NextPageToken = s.pageTokens.encode(pageToken{
 			CreatedAt: last.CreatedAt, ID: last.ID,
 			Filter: filterDigest(req.GetCustomerId(), req.GetStatus()),
 		})
@@ -180,14 +220,16 @@ func (s *Server) ListOrders(ctx context.Context, req *eventforgev1.ListOrdersReq
 // CancelOrder cancels an order and records its OrderCancelled event in the
 // same transaction; an already cancelled order is returned unchanged.
 func (s *Server) CancelOrder(ctx context.Context, req *eventforgev1.CancelOrderRequest) (*eventforgev1.CancelOrderResponse, error) {
-	var violations []*errdetails.BadRequest_FieldViolation
-	id, err := uuid.Parse(req.GetOrderId())
+	violations, err := checkRules(req)
 	if err != nil {
-		violations = append(violations, violation("order_id", "must be a UUID"))
+		return nil, s.internal(ctx, "validating cancel request", err)
 	}
-	violations = append(violations, validateReason(req.GetReason())...)
 	if len(violations) > 0 {
 		return nil, invalidArgument(violations)
+	}
+	id, err := uuid.Parse(req.GetOrderId())
+	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
+		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
 	}
 	eventID, err := s.newID()
 	if err != nil {
@@ -223,14 +265,6 @@ func (s *Server) CancelOrder(ctx context.Context, req *eventforgev1.CancelOrderR
 		s.logger.InfoContext(ctx, "order cancelled", "order_id", id, "event_id", res.EventID)
 	}
 	return resp, nil
-}
-
-func parseOrderID(s string) (uuid.UUID, error) {
-	id, err := uuid.Parse(s)
-	if err != nil {
-		return uuid.UUID{}, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
-	}
-	return id, nil
 }
 
 func toProto(o store.Order) *eventforgev1.Order {

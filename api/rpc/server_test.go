@@ -92,17 +92,31 @@ func TestCreateOrderValidation(t *testing.T) {
 		{name: "lower-case currency", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Currency = "eur" }, fields: []string{"currency"}},
 		{name: "no items", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items = nil }, fields: []string{"items"}},
 		{name: "too many items", mutate: func(r *eventforgev1.CreateOrderRequest) {
-			for len(r.Items) <= MaxItems {
+			for len(r.Items) <= 100 {
 				r.Items = append(r.Items, &eventforgev1.OrderItem{Sku: "S", Quantity: 1})
 			}
 		}, fields: []string{"items"}},
 		{name: "bad sku", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Sku = "sku with spaces" }, fields: []string{"items[0].sku"}},
 		{name: "zero quantity", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Quantity = 0 }, fields: []string{"items[0].quantity"}},
-		{name: "huge quantity", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Quantity = MaxQuantity + 1 }, fields: []string{"items[0].quantity"}},
+		{name: "huge quantity", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Quantity = 10_001 }, fields: []string{"items[0].quantity"}},
 		{name: "negative price", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].UnitPriceCents = -1 }, fields: []string{"items[0].unit_price_cents"}},
-		{name: "total overflow", mutate: func(r *eventforgev1.CreateOrderRequest) {
+		{name: "price over 10^12", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].UnitPriceCents = 1_000_000_000_001 }, fields: []string{"items[0].unit_price_cents"}},
+		{name: "price near 2^63", mutate: func(r *eventforgev1.CreateOrderRequest) {
 			r.Items = []*eventforgev1.OrderItem{{Sku: "A", Quantity: 2, UnitPriceCents: math.MaxInt64 / 2}, {Sku: "B", Quantity: 1, UnitPriceCents: 10}}
-		}, fields: []string{"items"}},
+		}, fields: []string{"items[0].unit_price_cents"}},
+		{name: "currency not ISO 4217", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Currency = "XYZ" }, fields: []string{"currency"}},
+		{name: "currency test code", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Currency = "XTS" }, fields: []string{"currency"}},
+		{name: "currency withdrawn", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Currency = "DEM" }, fields: []string{"currency"}},
+		{name: "NUL in customer", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = "a\x00b" }, fields: []string{"customer_id"}},
+		{name: "DEL in customer", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = "a\x7fb" }, fields: []string{"customer_id"}},
+		{name: "C1 control in customer", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = "a\u0085b" }, fields: []string{"customer_id"}},
+		{name: "newline in customer", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId = "c-1\n" }, fields: []string{"customer_id"}},
+		{name: "NUL in sku", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Items[0].Sku = "A\x00" }, fields: []string{"items[0].sku"}},
+		{name: "NUL in currency", mutate: func(r *eventforgev1.CreateOrderRequest) { r.Currency = "EU\x00" }, fields: []string{"currency"}},
+		{name: "NUL in request_id", mutate: func(r *eventforgev1.CreateOrderRequest) { r.RequestId = "k\x00" }, fields: []string{"request_id"}},
+		{name: "long customer with NUL is one violation", mutate: func(r *eventforgev1.CreateOrderRequest) {
+			r.CustomerId = strings.Repeat("c", 129) + "\x00"
+		}, fields: []string{"customer_id"}},
 		{name: "several at once", mutate: func(r *eventforgev1.CreateOrderRequest) { r.CustomerId, r.Currency = "", "" }, fields: []string{"customer_id", "currency"}},
 	}
 	for _, tt := range tests {

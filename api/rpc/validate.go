@@ -1,116 +1,154 @@
 package rpc
 
 import (
+	"errors"
 	"fmt"
-	"math"
-	"regexp"
-	"unicode/utf8"
+	"slices"
+	"sort"
+	"sync"
 
+	"buf.build/go/protovalidate"
+	"golang.org/x/text/currency"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/eventforge/eventforge/api/store"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
-// Limits of a valid order.
-const (
-	MaxCustomerIDLen = 128
-	MaxItems         = 100
-	MaxQuantity      = 10_000
-)
+// The field rules of every request are declared in orders.proto as
+// buf.validate (protovalidate) rules: fieldRules enforces them, and OpenAPI
+// publishes them. This file adds only what a field rule cannot say: the
+// currency list, the page token's signature, and the idempotency key's
+// header.
 
-var (
-	skuPattern      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
-)
-
-// validateCreate returns one violation per invalid field (field paths use
-// the proto field names, e.g. items[1].quantity) and, when valid, the
-// order total in cents.
-func validateCreate(req *eventforgev1.CreateOrderRequest) (total int64, violations []*errdetails.BadRequest_FieldViolation) {
-	add := func(field, format string, args ...any) {
-		violations = append(violations, &errdetails.BadRequest_FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
-	}
-	if n := utf8.RuneCountInString(req.GetCustomerId()); n < 1 || n > MaxCustomerIDLen {
-		add("customer_id", "must be 1 to %d characters, got %d", MaxCustomerIDLen, n)
-	}
-	if !currencyPattern.MatchString(req.GetCurrency()) {
-		add("currency", "must be an ISO 4217 code of three upper-case letters, got %q", req.GetCurrency())
-	}
-	items := req.GetItems()
-	if len(items) < 1 || len(items) > MaxItems {
-		add("items", "must hold 1 to %d items, got %d", MaxItems, len(items))
-	}
-	overflow := false
-	for i, it := range items {
-		if !skuPattern.MatchString(it.GetSku()) {
-			add(fmt.Sprintf("items[%d].sku", i), "must match %s", skuPattern)
-		}
-		if q := it.GetQuantity(); q < 1 || q > MaxQuantity {
-			add(fmt.Sprintf("items[%d].quantity", i), "must be 1 to %d, got %d", MaxQuantity, q)
-		}
-		price := it.GetUnitPriceCents()
-		if price < 0 {
-			add(fmt.Sprintf("items[%d].unit_price_cents", i), "must be zero or more, got %d", price)
-			continue
-		}
-		line := int64(it.GetQuantity())
-		if line > 0 && price > math.MaxInt64/line {
-			overflow = true
-			continue
-		}
-		line *= price
-		if total > math.MaxInt64-line {
-			overflow = true
-			continue
-		}
-		total += line
-	}
-	if overflow {
-		add("items", "order total overflows a 64-bit count of cents")
-	}
-	return total, violations
-}
-
-// Limits of the other requests.
+// Paging limits of ListOrders.
 const (
 	// DefaultPageSize is the ListOrders page size when page_size is 0.
 	DefaultPageSize = 50
 	// MaxPageSize bounds ListOrders pages; larger page_size values are
 	// coerced to it.
 	MaxPageSize = 200
-	// MaxReasonLen bounds CancelOrder.reason, in characters.
-	MaxReasonLen = 500
-	// MaxRequestIDLen bounds an idempotency key, in bytes.
-	MaxRequestIDLen = 255
 )
+
+// requests are the messages whose rules the service enforces.
+var requests = []proto.Message{
+	&eventforgev1.CreateOrderRequest{},
+	&eventforgev1.GetOrderRequest{},
+	&eventforgev1.ListOrdersRequest{},
+	&eventforgev1.CancelOrderRequest{},
+}
+
+var ruleValidator = sync.OnceValues(func() (protovalidate.Validator, error) {
+	return protovalidate.New(protovalidate.WithMessages(requests...))
+})
+
+// checkRules returns one violation per field that breaks a rule declared in
+// orders.proto, named by its proto path (items[1].quantity); the
+// descriptions of several broken rules of one field are joined. The error is
+// not nil only when the rules themselves cannot be evaluated.
+func checkRules(msg proto.Message) ([]*errdetails.BadRequest_FieldViolation, error) {
+	v, err := ruleValidator()
+	if err != nil {
+		return nil, fmt.Errorf("compiling the request rules: %w", err)
+	}
+	err = v.Validate(msg)
+	var verr *protovalidate.ValidationError
+	switch {
+	case err == nil:
+		return nil, nil
+	case !errors.As(err, &verr):
+		return nil, fmt.Errorf("evaluating the request rules: %w", err)
+	}
+	var out []*errdetails.BadRequest_FieldViolation
+	byField := map[string]*errdetails.BadRequest_FieldViolation{}
+	for _, viol := range verr.Violations {
+		field := protovalidate.FieldPathString(viol.Proto.GetField())
+		desc := viol.Proto.GetMessage()
+		if prev, ok := byField[field]; ok {
+			prev.Description += "; " + desc
+			continue
+		}
+		fv := violation(field, desc)
+		byField[field] = fv
+		out = append(out, fv)
+	}
+	return out, nil
+}
+
+// fieldViolated reports whether violations name field.
+func fieldViolated(violations []*errdetails.BadRequest_FieldViolation, field string) bool {
+	return slices.ContainsFunc(violations, func(v *errdetails.BadRequest_FieldViolation) bool { return v.GetField() == field })
+}
+
+// Currencies returns the ISO 4217 codes CreateOrder accepts, sorted: the
+// tender currencies in use today according to golang.org/x/text/currency
+// (CLDR data). Test codes (XTS, XXX), precious metals and withdrawn
+// currencies are not among them.
+func Currencies() []string {
+	return slices.Clone(currencyList())
+}
+
+var currencyList = sync.OnceValue(func() []string {
+	seen := map[string]bool{}
+	for it := currency.Query(); it.Next(); {
+		seen[it.Unit().String()] = true
+	}
+	codes := make([]string, 0, len(seen))
+	for c := range seen {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	return codes
+})
+
+func isCurrency(code string) bool {
+	_, found := slices.BinarySearch(currencyList(), code)
+	return found
+}
+
+// validateCreate checks a create request against its rules and, when valid,
+// returns the order total in cents. The rules bound every item (at most 100
+// items of at most 10,000 units at most 10^12 cents each), so the total is at
+// most 10^18 and cannot overflow.
+func validateCreate(req *eventforgev1.CreateOrderRequest) (total int64, violations []*errdetails.BadRequest_FieldViolation, err error) {
+	violations, err = checkRules(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c := req.GetCurrency(); !fieldViolated(violations, "currency") && !isCurrency(c) {
+		violations = append(violations, violation("currency", fmt.Sprintf("%q is not the ISO 4217 code of a currency in use", c)))
+	}
+	if len(violations) > 0 {
+		return 0, violations, nil
+	}
+	for _, it := range req.GetItems() {
+		total += int64(it.GetQuantity()) * it.GetUnitPriceCents()
+	}
+	return total, nil, nil
+}
 
 // validateList checks a ListOrders request and returns the store query it
 // asks for, with Limit the page size to return.
-func validateList(req *eventforgev1.ListOrdersRequest) (q store.ListQuery, violations []*errdetails.BadRequest_FieldViolation) {
-	if n := utf8.RuneCountInString(req.GetCustomerId()); n > MaxCustomerIDLen {
-		violations = append(violations, violation("customer_id", fmt.Sprintf("must be at most %d characters, got %d", MaxCustomerIDLen, n)))
+func (s *Server) validateList(req *eventforgev1.ListOrdersRequest) (q store.ListQuery, violations []*errdetails.BadRequest_FieldViolation, err error) {
+	violations, err = checkRules(req)
+	if err != nil {
+		return q, nil, err
 	}
 	q.CustomerID = req.GetCustomerId()
 	if st := req.GetStatus(); st != eventforgev1.OrderStatus_ORDER_STATUS_UNSPECIFIED {
-		name, ok := statuses[st]
-		if !ok {
-			violations = append(violations, violation("status", fmt.Sprintf("unknown order status %d", st)))
-		}
-		q.Status = name
+		q.Status = statuses[st]
 	}
 	switch size := req.GetPageSize(); {
-	case size < 0:
-		violations = append(violations, violation("page_size", fmt.Sprintf("must not be negative, got %d", size)))
-	case size == 0:
+	case size <= 0:
 		q.Limit = DefaultPageSize
 	case size > MaxPageSize:
 		q.Limit = MaxPageSize
 	default:
 		q.Limit = int(size)
 	}
-	if tok := req.GetPageToken(); tok != "" {
-		pt, err := decodePageToken(tok)
+	if tok := req.GetPageToken(); tok != "" && !fieldViolated(violations, "page_token") {
+		pt, err := s.pageTokens.decode(tok)
 		switch {
 		case err != nil:
 			violations = append(violations, violation("page_token", "is not a token this service issued"))
@@ -120,15 +158,14 @@ func validateList(req *eventforgev1.ListOrdersRequest) (q store.ListQuery, viola
 			q.After = &store.Cursor{CreatedAt: pt.CreatedAt, ID: pt.ID}
 		}
 	}
-	return q, violations
+	return q, violations, nil
 }
 
-func validateReason(reason string) []*errdetails.BadRequest_FieldViolation {
-	if !utf8.ValidString(reason) {
-		return []*errdetails.BadRequest_FieldViolation{violation("reason", "must be valid UTF-8")}
+// renameField renames the violations of field from to field to.
+func renameField(violations []*errdetails.BadRequest_FieldViolation, from, to string) {
+	for _, v := range violations {
+		if v.GetField() == from {
+			v.Field = to
+		}
 	}
-	if n := utf8.RuneCountInString(reason); n > MaxReasonLen {
-		return []*errdetails.BadRequest_FieldViolation{violation("reason", fmt.Sprintf("must be at most %d characters, got %d", MaxReasonLen, n))}
-	}
-	return nil
 }

@@ -7,6 +7,7 @@
 package eventforgev1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -91,7 +92,9 @@ type OrderItem struct {
 	// Number of units ordered. Required: 1 to 10000.
 	Quantity int32 `protobuf:"varint,2,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Price of one unit in the minor unit of the order's currency (cents for
-	// EUR or USD). Must be zero or greater.
+	// EUR or USD): 0 to 10^12 (1000000000000). With at most 100 items of at
+	// most 10000 units, an order total is at most 10^18 minor units, so it
+	// fits an int64 and every sum the consumers keep is exact.
 	UnitPriceCents int64 `protobuf:"varint,3,opt,name=unit_price_cents,json=unitPriceCents,proto3" json:"unit_price_cents,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -265,20 +268,23 @@ func (x *Order) GetUpdateTime() *timestamppb.Timestamp {
 type CreateOrderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Identifier of the customer placing the order. Required: 1 to 128
-	// characters.
+	// characters, no control characters.
 	CustomerId string `protobuf:"bytes,1,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
 	// ISO 4217 alphabetic currency code of every unit price, three upper-case
-	// letters (for example "EUR"). Required.
+	// letters (for example "EUR"). Required. Beyond its shape, the code must be
+	// one of the tender currencies in use that golang.org/x/text/currency
+	// knows: "XYZ", "XXX" or a withdrawn currency is refused. The served
+	// OpenAPI document lists the accepted codes.
 	Currency string `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
-	// The order lines. Required: 1 to 100 items, each valid on its own. The
-	// order total must fit in an int64 count of minor units.
+	// The order lines. Required: 1 to 100 items, each valid on its own.
 	Items []*OrderItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
 	// Optional client-chosen idempotency key, 1 to 255 printable ASCII
 	// characters (a UUID is a good choice). A retry of the same request with
 	// the same key returns the first call's order instead of creating another;
 	// the same key with a different request is refused with ALREADY_EXISTS.
-	// Over REST the Idempotency-Key header carries it; when both the header and
-	// this field are set they must be equal.
+	// Over REST the Idempotency-Key header carries it (the REST document
+	// describes only the header); when both the header and this field are set
+	// they must be equal. Empty means no key.
 	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -404,7 +410,7 @@ func (x *CreateOrderResponse) GetEventId() string {
 // GetOrderRequest names the order to fetch.
 type GetOrderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Identifier of the order, as returned in Order.order_id. Required.
+	// Identifier of the order, as returned in Order.order_id. Required: a UUID.
 	OrderId       string `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -496,7 +502,8 @@ func (x *GetOrderResponse) GetOrder() *Order {
 // ListOrdersRequest selects a page of orders.
 type ListOrdersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Only orders of this customer when set; at most 128 characters.
+	// Only orders of this customer when set; at most 128 characters, no
+	// control characters.
 	CustomerId string `protobuf:"bytes,1,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
 	// Only orders in this status when set (ORDER_STATUS_UNSPECIFIED means any
 	// status). Over REST either the name ("ORDER_STATUS_CREATED") or the
@@ -506,7 +513,9 @@ type ListOrdersRequest struct {
 	// above 200 are treated as 200; negative values are refused.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page, or empty for the first page.
-	// It must be sent with the same customer_id and status as that page.
+	// It must be sent with the same customer_id and status as that page. The
+	// token is signed by the server (HMAC-SHA256): a token it did not issue is
+	// refused with INVALID_ARGUMENT.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -630,10 +639,10 @@ func (x *ListOrdersResponse) GetNextPageToken() string {
 // CancelOrderRequest names the order to cancel.
 type CancelOrderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Identifier of the order, as returned in Order.order_id. Required.
+	// Identifier of the order, as returned in Order.order_id. Required: a UUID.
 	OrderId string `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	// Why the order is cancelled; copied into the OrderCancelled event. Optional,
-	// at most 500 characters.
+	// at most 500 characters, no control characters.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -743,11 +752,12 @@ var File_eventforge_v1_orders_proto protoreflect.FileDescriptor
 
 const file_eventforge_v1_orders_proto_rawDesc = "" +
 	"\n" +
-	"\x1aeventforge/v1/orders.proto\x12\reventforge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"c\n" +
-	"\tOrderItem\x12\x10\n" +
-	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x1a\n" +
-	"\bquantity\x18\x02 \x01(\x05R\bquantity\x12(\n" +
-	"\x10unit_price_cents\x18\x03 \x01(\x03R\x0eunitPriceCents\"\xde\x02\n" +
+	"\x1aeventforge/v1/orders.proto\x12\reventforge.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x01\n" +
+	"\tOrderItem\x12=\n" +
+	"\x03sku\x18\x01 \x01(\tB+\xbaH(\xc8\x01\x01r#2!^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$R\x03sku\x12)\n" +
+	"\bquantity\x18\x02 \x01(\x05B\r\xbaH\n" +
+	"\xc8\x01\x01\x1a\x05\x18\x90N(\x01R\bquantity\x128\n" +
+	"\x10unit_price_cents\x18\x03 \x01(\x03B\x0e\xbaH\v\"\t\x18\x80\xa0\x94\xa5\x8d\x1d(\x00R\x0eunitPriceCents\"\xde\x02\n" +
 	"\x05Order\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -760,34 +770,36 @@ const file_eventforge_v1_orders_proto_rawDesc = "" +
 	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xa0\x01\n" +
-	"\x12CreateOrderRequest\x12\x1f\n" +
-	"\vcustomer_id\x18\x01 \x01(\tR\n" +
-	"customerId\x12\x1a\n" +
-	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12.\n" +
-	"\x05items\x18\x03 \x03(\v2\x18.eventforge.v1.OrderItemR\x05items\x12\x1d\n" +
+	"updateTime\"\x85\x02\n" +
+	"\x12CreateOrderRequest\x12H\n" +
+	"\vcustomer_id\x18\x01 \x01(\tB'\xbaH$\xc8\x01\x01r\x1f\x10\x01\x18\x80\x012\x18^[^\\x00-\\x1F\\x7F-\\x9F]*$R\n" +
+	"customerId\x123\n" +
+	"\bcurrency\x18\x02 \x01(\tB\x17\xbaH\x14\xc8\x01\x01r\x0f2\n" +
+	"^[A-Z]{3}$\x98\x01\x03R\bcurrency\x12=\n" +
+	"\x05items\x18\x03 \x03(\v2\x18.eventforge.v1.OrderItemB\r\xbaH\n" +
+	"\xc8\x01\x01\x92\x01\x04\b\x01\x10dR\x05items\x121\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"\\\n" +
+	"request_id\x18\x04 \x01(\tB\x12\xbaH\x0fr\r\x18\xff\x012\b^[!-~]*$R\trequestId\"\\\n" +
 	"\x13CreateOrderResponse\x12*\n" +
 	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\x12\x19\n" +
-	"\bevent_id\x18\x02 \x01(\tR\aeventId\",\n" +
-	"\x0fGetOrderRequest\x12\x19\n" +
-	"\border_id\x18\x01 \x01(\tR\aorderId\">\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId\"6\n" +
+	"\x0fGetOrderRequest\x12#\n" +
+	"\border_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aorderId\">\n" +
 	"\x10GetOrderResponse\x12*\n" +
-	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\"\xa4\x01\n" +
-	"\x11ListOrdersRequest\x12\x1f\n" +
-	"\vcustomer_id\x18\x01 \x01(\tR\n" +
-	"customerId\x122\n" +
-	"\x06status\x18\x02 \x01(\x0e2\x1a.eventforge.v1.OrderStatusR\x06status\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\"\xf7\x01\n" +
+	"\x11ListOrdersRequest\x12C\n" +
+	"\vcustomer_id\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18\x80\x012\x18^[^\\x00-\\x1F\\x7F-\\x9F]*$R\n" +
+	"customerId\x12<\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1a.eventforge.v1.OrderStatusB\b\xbaH\x05\x82\x01\x02\x10\x01R\x06status\x12$\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x129\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"j\n" +
+	"page_token\x18\x04 \x01(\tB\x1a\xbaH\x17r\x15\x18\x80\x012\x10^[A-Za-z0-9_-]*$R\tpageToken\"j\n" +
 	"\x12ListOrdersResponse\x12,\n" +
 	"\x06orders\x18\x01 \x03(\v2\x14.eventforge.v1.OrderR\x06orders\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
-	"\x12CancelOrderRequest\x12\x19\n" +
-	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\\\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"u\n" +
+	"\x12CancelOrderRequest\x12#\n" +
+	"\border_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aorderId\x12:\n" +
+	"\x06reason\x18\x02 \x01(\tB\"\xbaH\x1fr\x1d\x18\xf4\x032\x18^[^\\x00-\\x1F\\x7F-\\x9F]*$R\x06reason\"\\\n" +
 	"\x13CancelOrderResponse\x12*\n" +
 	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId*}\n" +

@@ -40,7 +40,11 @@ const (
 // Errors common to every method: INVALID_ARGUMENT (REST 400) when a field
 // breaks its documented contract, with a google.rpc.BadRequest detail holding
 // one field violation per offending field, named by its proto path (for
-// example "items[0].quantity"); UNAVAILABLE (REST 503) when the order store
+// example "items[0].quantity"). The contract of each request field is
+// declared on it as buf.validate (protovalidate) rules: the server enforces
+// exactly these, and the served OpenAPI document carries them. No string
+// field accepts a control character (Unicode category Cc: U+0000-U+001F,
+// U+007F-U+009F); UNAVAILABLE (REST 503) when the order store
 // cannot be reached, in which case nothing was written; DEADLINE_EXCEEDED
 // (REST 504) when the caller's deadline ran out, in which case the change was
 // rolled back unless its commit had already completed. Internal error text is
@@ -82,8 +86,8 @@ type OrderServiceClient interface {
 	// that is already cancelled changes nothing, records no event and returns
 	// the order, so a retried cancel is safe.
 	//
-	// Errors: INVALID_ARGUMENT when order_id is not a UUID or reason is too
-	// long; NOT_FOUND (REST 404) when no order has that ID.
+	// Errors: INVALID_ARGUMENT when order_id is not a UUID or reason breaks its
+	// rules; NOT_FOUND (REST 404) when no order has that ID.
 	//
 	// REST: POST /v1/orders/{order_id}:cancel with {"reason": "..."} (or {})
 	// as the JSON body.
@@ -153,7 +157,11 @@ func (c *orderServiceClient) CancelOrder(ctx context.Context, in *CancelOrderReq
 // Errors common to every method: INVALID_ARGUMENT (REST 400) when a field
 // breaks its documented contract, with a google.rpc.BadRequest detail holding
 // one field violation per offending field, named by its proto path (for
-// example "items[0].quantity"); UNAVAILABLE (REST 503) when the order store
+// example "items[0].quantity"). The contract of each request field is
+// declared on it as buf.validate (protovalidate) rules: the server enforces
+// exactly these, and the served OpenAPI document carries them. No string
+// field accepts a control character (Unicode category Cc: U+0000-U+001F,
+// U+007F-U+009F); UNAVAILABLE (REST 503) when the order store
 // cannot be reached, in which case nothing was written; DEADLINE_EXCEEDED
 // (REST 504) when the caller's deadline ran out, in which case the change was
 // rolled back unless its commit had already completed. Internal error text is
@@ -195,8 +203,8 @@ type OrderServiceServer interface {
 	// that is already cancelled changes nothing, records no event and returns
 	// the order, so a retried cancel is safe.
 	//
-	// Errors: INVALID_ARGUMENT when order_id is not a UUID or reason is too
-	// long; NOT_FOUND (REST 404) when no order has that ID.
+	// Errors: INVALID_ARGUMENT when order_id is not a UUID or reason breaks its
+	// rules; NOT_FOUND (REST 404) when no order has that ID.
 	//
 	// REST: POST /v1/orders/{order_id}:cancel with {"reason": "..."} (or {})
 	// as the JSON body.

@@ -1,0 +1,182 @@
+package api
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eventforge/eventforge/internal/testenv"
+)
+
+// TestUndeclaredMethodIs405: on every route of the served document, every
+// method the route does not declare is answered 405 with an Allow header
+// listing the declared ones and a google.rpc.Status body (never the
+// gateway's 501), and nothing is written.
+func TestUndeclaredMethodIs405(t *testing.T) {
+	s := startServer(t, testenv.New(t), nil)
+	resp, err := http.Get("http://" + s.addrs.HTTP + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&spec)
+	resp.Body.Close()
+	if err != nil || len(spec.Paths) == 0 {
+		t.Fatalf("document paths %v: %v", spec.Paths, err)
+	}
+	methods := []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"}
+	checked := 0
+	for tmpl, ops := range spec.Paths {
+		var declared []string
+		for m := range ops {
+			declared = append(declared, strings.ToUpper(m))
+		}
+		slices.Sort(declared)
+		path := strings.ReplaceAll(tmpl, "{order_id}", "0190a5f0-0000-7000-8000-000000000001")
+		for _, m := range methods {
+			if slices.Contains(declared, m) {
+				continue
+			}
+			checked++
+			t.Run(m+" "+tmpl, func(t *testing.T) {
+				req, err := http.NewRequest(m, "http://"+s.addrs.HTTP+path, strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				raw, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != http.StatusMethodNotAllowed {
+					t.Fatalf("status %d, want 405: %s", resp.StatusCode, raw)
+				}
+				if got := resp.Header.Get("Allow"); got != strings.Join(declared, ", ") {
+					t.Fatalf("Allow %q, want %q", got, strings.Join(declared, ", "))
+				}
+				if m != "HEAD" {
+					var body struct {
+						Code    int    `json:"code"`
+						Message string `json:"message"`
+					}
+					if err := json.Unmarshal(raw, &body); err != nil || body.Message == "" {
+						t.Fatalf("body %q is not a google.rpc.Status: %v", raw, err)
+					}
+				}
+			})
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("only %d undeclared method/route pairs checked", checked)
+	}
+	if c := counts(t, s.env); c != (rowCounts{}) {
+		t.Fatalf("rows written: %+v", c)
+	}
+}
+
+// TestSlowBodyTimesOut: a client that sends its headers and then only part
+// of its body does not hold the handler: when --http-read-timeout passes,
+// the request is answered 408 and nothing is written.
+func TestSlowBodyTimesOut(t *testing.T) {
+	s := startServer(t, testenv.New(t), func(c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	conn, err := net.Dial("tcp", s.addrs.HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A bound for a broken server, not a measurement: the answer is
+	// expected after about ReadTimeout.
+	if err := conn.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"customer_id":"c-1","currency":"EUR","items":[`
+	if _, err := fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: eventforge\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		len(body)+100, body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("status %d, want 408: %s", resp.StatusCode, raw)
+	}
+	if c := counts(t, s.env); c != (rowCounts{}) {
+		t.Fatalf("rows written: %+v", c)
+	}
+	if lines := s.logs.lines("http request refused"); len(lines) != 1 || lines[0]["status"] != float64(http.StatusRequestTimeout) {
+		t.Fatalf("log lines %v, want one refusal with status 408", lines)
+	}
+}
+
+// TestControlCharactersRefused: a control character in any string of any
+// request (JSON body, query filter, header) is a 400 naming the field, and
+// nothing is written (PostgreSQL would refuse a NUL with a server error).
+func TestControlCharactersRefused(t *testing.T) {
+	s := startServer(t, testenv.New(t), nil)
+	created := s.do(t, http.MethodPost, "/v1/orders", restJSON(t, validCreate()), nil)
+	if created.Status != http.StatusOK {
+		t.Fatalf("create: %d %s", created.Status, created.Raw)
+	}
+	orderID := created.Body["order"].(map[string]any)["order_id"].(string)
+	before := counts(t, s.env)
+	tests := []struct {
+		name, method, path string
+		body               string
+		header             http.Header
+		field              string
+	}{
+		{"customer_id NUL", "POST", "/v1/orders", `{"customer_id":"a\u0000b","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, nil, "customer_id"},
+		{"customer_id ESC", "POST", "/v1/orders", `{"customer_id":"a\u001bb","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, nil, "customer_id"},
+		{"customer_id DEL", "POST", "/v1/orders", `{"customer_id":"a\u007fb","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, nil, "customer_id"},
+		{"customer_id C1", "POST", "/v1/orders", `{"customer_id":"a\u0085b","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, nil, "customer_id"},
+		{"currency NUL", "POST", "/v1/orders", `{"customer_id":"c","currency":"EU\u0000","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, nil, "currency"},
+		{"sku NUL", "POST", "/v1/orders", `{"customer_id":"c","currency":"EUR","items":[{"sku":"S\u0000","quantity":1,"unit_price_cents":"1"}]}`, nil, "items[0].sku"},
+		{"request_id NUL", "POST", "/v1/orders", `{"customer_id":"c","currency":"EUR","request_id":"k\u0000","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, nil, "request_id"},
+		{"Idempotency-Key C1", "POST", "/v1/orders", `{"customer_id":"c","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`,
+			http.Header{"Idempotency-Key": {"k\u0085"}}, "Idempotency-Key"},
+		{"cancel reason NUL", "POST", "/v1/orders/" + orderID + ":cancel", `{"reason":"changed\u0000my mind"}`, nil, "reason"},
+		{"cancel reason C1", "POST", "/v1/orders/" + orderID + ":cancel", `{"reason":"\u009b31m"}`, nil, "reason"},
+		{"list customer_id NUL", "GET", "/v1/orders?customer_id=" + url.QueryEscape("a\x00b"), "", nil, "customer_id"},
+		{"list customer_id newline", "GET", "/v1/orders?customer_id=" + url.QueryEscape("a\nb"), "", nil, "customer_id"},
+		{"list page_token NUL", "GET", "/v1/orders?page_token=" + url.QueryEscape("a\x00b"), "", nil, "page_token"},
+		{"list forged page_token", "GET", "/v1/orders?page_token=AgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "", nil, "page_token"},
+		{"order_id NUL", "GET", "/v1/orders/" + url.PathEscape("a\x00b"), "", nil, "order_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body []byte
+			if tt.body != "" {
+				body = []byte(tt.body)
+			}
+			r := s.do(t, tt.method, tt.path, body, tt.header)
+			if r.Status != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400: %s", r.Status, r.Raw)
+			}
+			if fields := restFields(r.Body); len(fields) != 1 || fields[0] != tt.field {
+				t.Fatalf("violations %v, want [%s]: %s", fields, tt.field, r.Raw)
+			}
+			if c := counts(t, s.env); c != before {
+				t.Fatalf("rows %+v, want %+v", c, before)
+			}
+		})
+	}
+	for _, l := range s.logs.lines("rpc") {
+		if l["code"] == "Internal" {
+			t.Fatalf("a request was answered with an internal error: %v", l)
+		}
+	}
+}

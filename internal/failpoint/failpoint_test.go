@@ -52,7 +52,7 @@ func TestEval(t *testing.T) {
 		t.Fatalf("unarmed point returned %v", err)
 	}
 
-	if err := Arm("p.err=2*error;p.crash=crash;p.delay=delay(20ms)"); err != nil {
+	if err := Arm("p.err=2*error;p.crash=crash;p.delay=delay(1ms);p.hold=delay(1h)"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
@@ -70,17 +70,30 @@ func TestEval(t *testing.T) {
 		t.Fatalf("crash fired %d times, want 2 (unlimited)", crashed)
 	}
 
-	start := time.Now()
 	if err := Eval(ctx, "p.delay"); err != nil {
-		t.Fatal(err)
+		t.Fatalf("elapsed delay: got %v", err)
 	}
-	if time.Since(start) < 20*time.Millisecond {
-		t.Fatal("delay returned before its duration")
+	// A delay holds the caller until it elapses or ctx ends: an hour's
+	// delay, reached and then cancelled, ends with the cancellation.
+	reached := make(chan struct{})
+	OnFire = func(name string, _ Action) {
+		if name == "p.hold" {
+			close(reached)
+		}
 	}
+	t.Cleanup(func() { OnFire = nil })
 	cctx, cancel := context.WithCancel(ctx)
+	held := make(chan error, 1)
+	go func() { held <- Eval(cctx, "p.hold") }()
+	<-reached
+	select {
+	case err := <-held:
+		t.Fatalf("an hour's delay returned %v before it was cancelled", err)
+	default:
+	}
 	cancel()
-	if err := Eval(cctx, "p.delay"); !errors.Is(err, context.Canceled) {
-		t.Fatalf("delay with cancelled ctx: got %v", err)
+	if err := <-held; !errors.Is(err, context.Canceled) {
+		t.Fatalf("delay cancelled while held: got %v", err)
 	}
 
 	if err := Arm(""); err != nil {

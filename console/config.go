@@ -8,6 +8,9 @@ package console
 
 import (
 	"errors"
+	"fmt"
+	"net"
+	"net/netip"
 	"time"
 )
 
@@ -16,11 +19,15 @@ import (
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string (the api's).
 	DatabaseURL string `kong:"-"`
+	// Enabled mounts the console on the api's HTTP server. Off by default:
+	// the ops API replays the DLQ and shows order traces, and CheckExposure
+	// refuses it on a non-loopback address without OpsToken.
+	Enabled bool `name:"console" help:"Serve the console (/ui/) and its ops API (/api/ops/) on the HTTP address. Off by default; on a non-loopback --http-addr it needs --ops-token."`
 	// EnableDrills registers the drill endpoints; without it they answer 404.
 	EnableDrills bool `name:"enable-drills" help:"Enable the console's failure drills (they crash and restart components; on in dev)."`
 	// OpsToken, when set, is the bearer token every /api/ops/ request must
 	// carry; requests without it get 401.
-	OpsToken string `name:"ops-token" help:"Require this bearer token on the console's ops API (/api/ops/)."`
+	OpsToken string `name:"ops-token" help:"Require this bearer token on the console's ops API (/api/ops/); required with --console on a non-loopback --http-addr (prefer the environment variable to the flag)."`
 	// KafkaBrokers is the Kafka bootstrap server list.
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers (console: topic, offsets, DLQ)." default:"127.0.0.1:19092"`
 	// Topic is the topic the CDC reader publishes order events to.
@@ -70,6 +77,33 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("console-sample-interval and console-history must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckExposure refuses an enabled console without OpsToken on addr, the
+// HTTP listen address, unless addr is a loopback address: anyone who
+// reaches the ops API could replay the DLQ and read order traces.
+func (c Config) CheckExposure(addr string) error {
+	if !c.Enabled || c.OpsToken != "" || Loopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("--console on %s, which is not a loopback address, needs --ops-token (EVENTFORGE_OPS_TOKEN): "+
+		"set a token, listen on 127.0.0.1, or leave the console off", addr)
+}
+
+// Loopback reports whether the listen address addr (host:port) accepts
+// connections from this machine only: its host is "localhost" or a loopback
+// IP. An empty host or an unspecified IP (0.0.0.0, ::) listens on every
+// interface.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func (c Config) dlqTopic() string {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -186,14 +187,35 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 }
 
-// TestConsoleAccess: drill endpoints answer 404 unless --enable-drills;
-// with --ops-token the ops API answers 401 without the token (the front end
-// itself stays reachable to ask for it); drills under a plain api (no
-// supervisor) are refused with 409.
+// TestConsoleAccess: without --console the api serves neither the console
+// nor the ops API (404), and --console on a non-loopback address without
+// --ops-token refuses to start; drill endpoints answer 404 unless
+// --enable-drills; with --ops-token the ops API answers 401 without the
+// token (the front end itself stays reachable to ask for it); drills under
+// a plain api (no supervisor) are refused with 409.
 func TestConsoleAccess(t *testing.T) {
 	pl := newPipeline(t)
 	base := []string{"api", "--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--console-topic", pl.env.Topic, "--console-slot", pl.env.Slot, "--console-consumer", "fulfillment=" + pl.env.Group}
+	for i, open := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, []string{"--console", "--http-addr", "0.0.0.0:0"}},
+		{nil, []string{"--console", "--http-addr", ":0"}},
+		{[]string{"EVENTFORGE_CONSOLE=true"}, []string{"--http-addr", "0.0.0.0:0"}},
+	} {
+		args := append(append(append([]string{}, base...), open.args...), "--grpc-addr", freeAddr(t))
+		p := start(t, fmt.Sprintf("api-open-%d", i), open.env, args...)
+		err := p.waitExit(60 * time.Second)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("%v eventforge %s: %v, want exit status 1", open.env, strings.Join(args, " "), err)
+		}
+		if out, _ := os.ReadFile(p.log); !strings.Contains(string(out), "not a loopback address") || !strings.Contains(string(out), "--ops-token") {
+			t.Errorf("%v eventforge %s: refused without naming --ops-token and the address:\n%s", open.env, strings.Join(args, " "), out)
+		}
+	}
 	startAPI := func(name string, extra ...string) string {
 		httpAddr := freeAddr(t)
 		args := append(append(append([]string{}, base...), "--http-addr", httpAddr, "--grpc-addr", freeAddr(t)), extra...)
@@ -225,13 +247,19 @@ func TestConsoleAccess(t *testing.T) {
 		return resp.StatusCode
 	}
 
-	plain := startAPI("api-plain")
-	guarded := startAPI("api-token", "--ops-token", "s3cret")
-	drills := startAPI("api-drills", "--enable-drills")
+	closed := startAPI("api-closed", "--ops-token", "s3cret", "--enable-drills")
+	plain := startAPI("api-plain", "--console")
+	guarded := startAPI("api-token", "--console", "--ops-token", "s3cret")
+	drills := startAPI("api-drills", "--console", "--enable-drills")
 	tests := []struct {
 		name, method, url, token string
 		want                     int
 	}{
+		{"console page without --console", "GET", closed + "/ui/", "", 404},
+		{"ops API without --console", "GET", closed + "/api/ops/overview", "s3cret", 404},
+		{"DLQ replay without --console", "POST", closed + "/api/ops/dlq/replay", "s3cret", 404},
+		{"drill list without --console", "GET", closed + "/api/ops/drills", "s3cret", 404},
+		{"health without --console", "GET", closed + "/healthz", "", 200},
 		{"console page", "GET", plain + "/ui/", "", 200},
 		{"ops API open without a token configured", "GET", plain + "/api/ops/overview", "", 200},
 		{"drill list without --enable-drills", "GET", plain + "/api/ops/drills", "", 404},

@@ -15,12 +15,21 @@ import (
 
 type apiCmd struct {
 	api.Config `embed:""`
-	Console    console.Config `embed:"" group:"Console (/ui/ and /api/ops/)"`
+	Console    console.Config `embed:"" group:"Console (/ui/ and /api/ops/, off unless --console)"`
 }
 
 func (c *apiCmd) Run(env *runEnv) error {
+	if err := c.Console.CheckExposure(c.HTTPAddr); err != nil {
+		return err
+	}
 	env.logger.Info("starting api", "database_url", logging.MaskURL(c.DatabaseURL), "grpc_addr", c.GRPCAddr,
-		"http_addr", c.HTTPAddr, "max_conns", c.MaxConns, "shutdown_timeout", c.ShutdownTimeout)
+		"http_addr", c.HTTPAddr, "max_conns", c.MaxConns, "shutdown_timeout", c.ShutdownTimeout, "console", c.Console.Enabled)
+	if !c.Console.Enabled {
+		if c.Console.OpsToken != "" || c.Console.EnableDrills {
+			env.logger.Warn("the console is off: --ops-token and --enable-drills take effect with --console")
+		}
+		return api.RunNotify(env.ctx, c.Config, env.logger, nil)
+	}
 	return runAPIWithConsole(env, c.Config, c.Console, nil, nil)
 }
 

@@ -10,8 +10,9 @@ import (
 )
 
 // runAPIWithConsole runs the order service with the console mounted on its
-// HTTP mux (/ui/ and /api/ops/). procs is the dev supervisor (nil for a
-// plain `eventforge api`); ready, if not nil, receives the api's addresses.
+// HTTP mux (/ui/ and /api/ops/). procs is the dev supervisor (nil for
+// `eventforge api --console`); ready, if not nil, receives the api's
+// addresses. The caller has checked consCfg.CheckExposure.
 func runAPIWithConsole(env *runEnv, apiCfg api.Config, consCfg console.Config, procs console.Processes, ready chan<- api.Addrs) error {
 	consCfg.DatabaseURL = apiCfg.DatabaseURL
 	env.logger.Info("console enabled", "path", "/ui/", "drills", consCfg.EnableDrills, "ops_token_set", consCfg.OpsToken != "",

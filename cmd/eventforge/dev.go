@@ -32,7 +32,7 @@ type devCmd struct {
 	Slot         string `name:"slot" help:"Replication slot of the CDC reader." default:"eventforge_outbox"`
 	Topic        string `name:"topic" help:"Topic of the order events." default:"eventforge.orders"`
 	GroupPrefix  string `name:"group-prefix" help:"Consumer groups are <prefix><consumer name>." default:"eventforge-"`
-	OpsToken     string `name:"ops-token" help:"Require this bearer token on the console's ops API."`
+	OpsToken     string `name:"ops-token" help:"Require this bearer token on the console's ops API (required when --http-addr is not a loopback address)."`
 }
 
 // Run starts the local stack (unless --database-url and --kafka-brokers
@@ -41,6 +41,10 @@ type devCmd struct {
 // same binary: a child that dies is restarted. PostgreSQL and Kafka keep
 // running afterwards (`eventforge stack down` stops them).
 func (c *devCmd) Run(env *runEnv) error {
+	if c.OpsToken == "" && !console.Loopback(c.HTTPAddr) {
+		return fmt.Errorf("dev serves the console and its drills on --http-addr %s, which is not a loopback address: "+
+			"set --ops-token (EVENTFORGE_OPS_TOKEN) or listen on 127.0.0.1", c.HTTPAddr)
+	}
 	external := c.DatabaseURL != "" || c.KafkaBrokers != ""
 	if external && (c.DatabaseURL == "" || c.KafkaBrokers == "") {
 		return errors.New("--database-url and --kafka-brokers go together")
@@ -78,7 +82,7 @@ func (c *devCmd) Run(env *runEnv) error {
 	}
 
 	consCfg := console.DefaultConfig()
-	consCfg.EnableDrills, consCfg.OpsToken, consCfg.KafkaBrokers = true, c.OpsToken, brokers
+	consCfg.Enabled, consCfg.EnableDrills, consCfg.OpsToken, consCfg.KafkaBrokers = true, true, c.OpsToken, brokers
 	consCfg.Topic, consCfg.Slot = c.Topic, c.Slot
 	consCfg.Consumers, consCfg.MetricsSources = map[string]string{}, map[string]string{}
 

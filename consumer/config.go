@@ -57,6 +57,10 @@ type Config struct {
 	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between attempts at one record." default:"5s"`
 	// AttemptTimeout bounds one apply transaction.
 	AttemptTimeout time.Duration `name:"attempt-timeout" help:"Longest one apply transaction may take." default:"30s"`
+	// ProbeTimeout bounds the probe (SELECT 1 on a new connection) that
+	// tells a database that does not answer from a transaction that failed
+	// by itself; see docs/consumer.md.
+	ProbeTimeout time.Duration `name:"probe-timeout" help:"Longest the database probe after an unanswered attempt may take; a probe that fails means the database is unavailable." default:"5s"`
 	// SessionTimeout is how long the group waits for a member that stopped
 	// heart-beating (e.g. was killed) before giving its partitions to others.
 	SessionTimeout time.Duration `name:"session-timeout" help:"Group session timeout: how soon a dead member's partitions move to others." default:"45s"`
@@ -88,6 +92,7 @@ func DefaultConfig() Config {
 		NotFoundGrace:    10 * time.Second,
 		MaxBackoff:       5 * time.Second,
 		AttemptTimeout:   30 * time.Second,
+		ProbeTimeout:     5 * time.Second,
 		SessionTimeout:   45 * time.Second,
 		CommitInterval:   time.Second,
 		MaxConns:         5,
@@ -114,8 +119,8 @@ func (c Config) Validate() error {
 	if c.InitialBackoff <= 0 || c.MaxBackoff < c.InitialBackoff {
 		errs = append(errs, errors.New("initial-backoff must be positive and at most max-backoff"))
 	}
-	if c.AttemptTimeout <= 0 || c.CommitInterval <= 0 || c.DLQStatsInterval <= 0 || c.SessionTimeout <= 0 {
-		errs = append(errs, errors.New("attempt-timeout, session-timeout, commit-interval and dlq-stats-interval must be positive"))
+	if c.AttemptTimeout <= 0 || c.ProbeTimeout <= 0 || c.CommitInterval <= 0 || c.DLQStatsInterval <= 0 || c.SessionTimeout <= 0 {
+		errs = append(errs, errors.New("attempt-timeout, probe-timeout, session-timeout, commit-interval and dlq-stats-interval must be positive"))
 	}
 	if c.MaxConns < int32(max(c.Workers, 1)) {
 		errs = append(errs, fmt.Errorf("max-conns %d must be at least workers %d", c.MaxConns, c.Workers))
@@ -146,7 +151,8 @@ func HandlerFor(name string) (runtime.Handler, error) {
 }
 
 // Run consumes until ctx is cancelled, then commits stored offsets and
-// leaves the group.
+// leaves the group. It returns an error, for the supervisor to restart the
+// process, when the Kafka consumer or the DLQ producer fails fatally.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid consumer config: %w", err)
@@ -176,11 +182,12 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		NotFoundGrace:    cfg.NotFoundGrace,
 		MaxBackoff:       cfg.MaxBackoff,
 		AttemptTimeout:   cfg.AttemptTimeout,
+		ProbeTimeout:     cfg.ProbeTimeout,
 		CommitPeriod:     cfg.CommitInterval,
 		SessionTimeout:   cfg.SessionTimeout,
 		DLQSuffix:        cfg.DLQSuffix,
 		DLQStatsInterval: cfg.DLQStatsInterval,
-	}, pool, handler, logger)
+	}, runtime.PoolDB{Pool: pool}, handler, logger)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return metrics.Serve(gctx, cfg.MetricsAddr, logger, nil) })

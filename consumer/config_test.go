@@ -21,6 +21,7 @@ func TestConfigValidate(t *testing.T) {
 		{"backoff order", func(c *Config) { c.InitialBackoff = time.Minute }, "initial-backoff"},
 		{"pool smaller than workers", func(c *Config) { c.Workers, c.MaxConns = 8, 4 }, "max-conns"},
 		{"empty dlq suffix", func(c *Config) { c.DLQSuffix = "" }, "dlq-suffix"},
+		{"zero probe timeout", func(c *Config) { c.ProbeTimeout = 0 }, "probe-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,8 +57,13 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 	}
 	var out outcome
 	start := time.Now()
-	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		out = outcome{}
+	tx, err := r.db.Begin(ctx)
+	if err != nil {
+		// Nothing of the events was tried: no connection, or no answer.
+		return outcome{}, fmt.Errorf("%w: beginning a transaction: %w", ErrUnavailable, err)
+	}
+	err = func() error {
+		defer func() { _ = tx.Rollback(ctx) }() // no-op after COMMIT
 		rows, err := tx.Query(ctx, markSQL, r.opts.Name, ids)
 		if err != nil {
 			return fmt.Errorf("marking %d events: %w", len(ids), err)
@@ -94,15 +99,20 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 			delete(fresh, ev.ID) // a second delivery within the batch is a duplicate
 			toApply = append(toApply, ev)
 		}
-		if len(toApply) == 0 {
-			return nil
+		if len(toApply) > 0 {
+			if err := r.applyAll(ctx, tx, toApply); err != nil {
+				return err
+			}
+			out.applied = len(toApply)
+			if err := failpoint.Eval(ctx, FailpointBeforeDBCommit); err != nil {
+				return err
+			}
 		}
-		if err := r.applyAll(ctx, tx, toApply); err != nil {
-			return err
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("committing: %w", err)
 		}
-		out.applied = len(toApply)
-		return failpoint.Eval(ctx, FailpointBeforeDBCommit)
-	})
+		return nil
+	}()
 	if err != nil {
 		return outcome{}, err
 	}

@@ -30,6 +30,11 @@ var (
 	// sessions on the primary, so an event may arrive a moment before the
 	// order it names can be read.
 	ErrNotFound = errors.New("subject not found")
+	// ErrUnavailable marks an attempt that failed because PostgreSQL did
+	// not answer: the transaction could not begin, or it failed without an
+	// answer from the server while a probe on a connection of its own
+	// failed too (see Runtime). It says nothing about the event.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // Class is how the runtime treats a failed attempt. Its string form is the
@@ -43,13 +48,15 @@ const (
 	// once.
 	ClassPermanent Class = "permanent"
 	// ClassTransient may succeed on retry (serialization failure, deadlock,
-	// lock or statement timeout, attempt timeout): retried inline until
+	// lock or statement timeout raised by the server, an attempt timeout
+	// while the server still answers a probe): retried inline until
 	// --max-attempts, then dead-lettered.
 	ClassTransient Class = "transient"
-	// ClassUnavailable means PostgreSQL could not be reached or dropped the
-	// connection. It says nothing about the event, so it is retried inline
-	// without an attempt limit: dead-lettering during an outage would move
-	// healthy events out of order into the DLQ.
+	// ClassUnavailable means PostgreSQL could not be reached, dropped the
+	// connection, or does not answer (ErrUnavailable). It says nothing about
+	// the event, so it is retried inline without an attempt limit and does
+	// not count towards --max-attempts: dead-lettering during an outage
+	// would move healthy events out of order into the DLQ.
 	ClassUnavailable Class = "unavailable"
 	// ClassNotFound means the event's subject does not exist (ErrNotFound):
 	// retried until --max-attempts and --not-found-grace are used up, then
@@ -60,26 +67,50 @@ const (
 	ClassUnknown Class = "unknown"
 )
 
-// Classify returns the class of an attempt's error.
+// Classify returns the class of an attempt's error by the error alone. A
+// timeout without a SQLSTATE (the attempt's deadline, pgconn.Timeout) is
+// transient here: the error cannot tell a database that hangs from a
+// transaction that is slow. The runtime settles that with a probe and
+// wraps ErrUnavailable into the error when the probe fails too (see
+// needsProbe).
 func Classify(err error) Class {
+	var pgErr *pgconn.PgError
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
 	switch {
+	case errors.Is(err, ErrUnavailable):
+		return ClassUnavailable
 	case errors.Is(err, ErrMalformed), errors.Is(err, ErrUnknownType), errors.Is(err, ErrInvalid):
 		return ClassPermanent
 	case errors.Is(err, ErrNotFound):
 		return ClassNotFound
+	case errors.As(err, &connectErr):
+		// No session: refused, timed out, or rejected at startup (even with
+		// a SQLSTATE, e.g. a password or database the server refuses).
+		return ClassUnavailable
+	case errors.As(err, &pgErr):
+		// The server answered: its SQLSTATE says what happened, including
+		// statement_timeout and lock_timeout (transient).
+		return classifySQLState(pgErr.Code)
 	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
 		return ClassTransient
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return classifySQLState(pgErr.Code)
-	}
-	var netErr net.Error
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) {
+	case errors.As(err, &netErr), pgconn.SafeToRetry(err):
 		return ClassUnavailable
 	}
 	return ClassUnknown
+}
+
+// needsProbe reports whether err of class c may mean that PostgreSQL
+// stopped answering rather than that the event failed: a timeout or an
+// unknown error, neither carrying a SQLSTATE from the server nor a
+// handler's sentinel. The runtime then probes the server before it counts
+// the attempt.
+func needsProbe(err error, c Class) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	return c == ClassTransient || c == ClassUnknown
 }
 
 // classifySQLState maps a PostgreSQL SQLSTATE to a class (see Appendix A of
@@ -104,9 +135,10 @@ func classifySQLState(code string) Class {
 	return ClassUnknown
 }
 
-// retryable reports whether a failure of class c after attempts attempts,
-// the first of them failing since ago, is retried (true) or dead-lettered
-// (false). A missing subject is retried for at least notFoundGrace.
+// retryable reports whether a failure of class c after attempts counted
+// attempts (unavailable ones do not count), the first of them failing since
+// ago, is retried (true) or dead-lettered (false). A missing subject is
+// retried for at least notFoundGrace.
 func retryable(c Class, attempts, maxAttempts int, since, notFoundGrace time.Duration) bool {
 	switch c {
 	case ClassPermanent:

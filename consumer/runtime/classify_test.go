@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -23,6 +25,9 @@ func TestClassify(t *testing.T) {
 		{"invalid", fmt.Errorf("x: %w", ErrInvalid), ClassPermanent},
 		{"not found", fmt.Errorf("order 1: %w", fmt.Errorf("order not found: %w", ErrNotFound)), ClassNotFound},
 		{"attempt timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), ClassTransient},
+		{"unavailable", fmt.Errorf("%w: beginning a transaction: %w", ErrUnavailable, context.DeadlineExceeded), ClassUnavailable},
+		{"statement timeout at the deadline", fmt.Errorf("%w: %w", context.DeadlineExceeded, &pgconn.PgError{Code: "57014"}), ClassTransient},
+		{"connect rejected by the server", &pgconn.ConnectError{}, ClassUnavailable},
 		{"serialization failure", pg("40001"), ClassTransient},
 		{"deadlock", pg("40P01"), ClassTransient},
 		{"lock timeout", pg("55P03"), ClassTransient},
@@ -42,6 +47,75 @@ func TestClassify(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := Classify(tt.err); got != tt.want {
 				t.Fatalf("Classify(%v) = %s, want %s", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// fakeDB is a DB whose methods are the funcs given (nil: fail the test).
+type fakeDB struct {
+	t     *testing.T
+	begin func(ctx context.Context) (pgx.Tx, error)
+	probe func(ctx context.Context) error
+}
+
+func (db fakeDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	if db.begin == nil {
+		db.t.Error("unexpected Begin")
+		return nil, errors.New("unexpected Begin")
+	}
+	return db.begin(ctx)
+}
+
+func (db fakeDB) Probe(ctx context.Context) error {
+	if db.probe == nil {
+		db.t.Error("unexpected Probe")
+		return errors.New("unexpected Probe")
+	}
+	return db.probe(ctx)
+}
+
+// TestClassifyProbes: an error that carries neither a SQLSTATE nor a
+// handler's sentinel is settled by a probe; a failed probe makes the
+// attempt unavailable, a live server leaves the class as it was. Errors
+// the server or the handler explained are never probed.
+func TestClassifyProbes(t *testing.T) {
+	hang := errors.New("no answer")
+	tests := []struct {
+		name      string
+		err       error
+		probeErr  error // nil: the server answers
+		probed    bool
+		want      Class
+		wantUnavl bool
+	}{
+		{"attempt timeout, server hangs", fmt.Errorf("marking 1 events: %w", context.DeadlineExceeded), hang, true, ClassUnavailable, true},
+		{"attempt timeout, server answers", fmt.Errorf("marking 1 events: %w", context.DeadlineExceeded), nil, true, ClassTransient, false},
+		{"broken connection, server gone", fmt.Errorf("x: %w", io.ErrUnexpectedEOF), hang, true, ClassUnavailable, true},
+		{"unknown error, server answers", fmt.Errorf("x: %w", io.ErrUnexpectedEOF), nil, true, ClassUnknown, false},
+		{"statement timeout", &pgconn.PgError{Code: "57014"}, hang, false, ClassTransient, false},
+		{"lock timeout", &pgconn.PgError{Code: "55P03"}, hang, false, ClassTransient, false},
+		{"not found", fmt.Errorf("x: %w", ErrNotFound), hang, false, ClassNotFound, false},
+		{"permanent", fmt.Errorf("x: %w", ErrInvalid), hang, false, ClassPermanent, false},
+		{"could not begin", fmt.Errorf("%w: x: %w", ErrUnavailable, context.DeadlineExceeded), nil, false, ClassUnavailable, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			probed := false
+			db := fakeDB{t: t, probe: func(ctx context.Context) error {
+				probed = true
+				if _, ok := ctx.Deadline(); !ok {
+					t.Error("probe without a deadline")
+				}
+				return tt.probeErr
+			}}
+			r := New(Options{Name: "classify"}, db, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			got, err := r.classify(context.Background(), tt.err)
+			if got != tt.want || probed != tt.probed {
+				t.Fatalf("classify(%v) = %s (probed %v), want %s (probed %v)", tt.err, got, probed, tt.want, tt.probed)
+			}
+			if !errors.Is(err, tt.err) || errors.Is(err, ErrUnavailable) != tt.wantUnavl {
+				t.Fatalf("classify returned %v; want it to wrap %v, and ErrUnavailable: %v", err, tt.err, tt.wantUnavl)
 			}
 		})
 	}

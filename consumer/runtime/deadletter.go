@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -14,11 +16,16 @@ import (
 )
 
 // deadLetterer writes DLQ records with an idempotent producer and waits for
-// each acknowledgement.
+// each acknowledgement. A fatal producer error (kafka.Error.IsFatal: the
+// idempotent producer can no longer guarantee order or no duplicates) is
+// kept: every later write fails with it, and Run ends with it.
 type deadLetterer struct {
 	producer *kafka.Producer
 	logger   *slog.Logger
 	done     chan struct{}
+
+	fatalOnce sync.Once
+	fatalErr  atomic.Pointer[error]
 }
 
 func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent, logger *slog.Logger) (*deadLetterer, error) {
@@ -48,16 +55,55 @@ func (d *deadLetterer) drain() {
 	defer close(d.done)
 	for ev := range d.producer.Events() {
 		if e, ok := ev.(kafka.Error); ok {
-			d.logger.Warn("dlq producer error", "err", e, "fatal", e.IsFatal())
+			if e.IsFatal() {
+				d.setFatal(e)
+				continue
+			}
+			d.logger.Warn("dlq producer error", "err", e)
 		}
 	}
 }
 
-// write produces rec and waits for the broker's acknowledgement.
+// setFatal records the first fatal error of the producer.
+func (d *deadLetterer) setFatal(err error) {
+	d.fatalOnce.Do(func() {
+		err = fmt.Errorf("dlq producer: %w", err)
+		d.fatalErr.Store(&err)
+	})
+}
+
+// fatal returns the producer's fatal error, or nil while it is usable.
+func (d *deadLetterer) fatal() error {
+	if p := d.fatalErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// checkFatal records the producer's fatal error when err is one (or a
+// delivery failed because of one) and returns err.
+func (d *deadLetterer) checkFatal(err error) error {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) || (!kerr.IsFatal() && kerr.Code() != kafka.ErrFatal) {
+		return err
+	}
+	if ferr := d.producer.GetFatalError(); ferr != nil {
+		d.setFatal(ferr)
+	} else {
+		d.setFatal(kerr)
+	}
+	return err
+}
+
+// write produces rec and waits for the broker's acknowledgement. It fails
+// at once after a fatal producer error.
 func (d *deadLetterer) write(ctx context.Context, rec *kafka.Message) error {
+	if err := d.fatal(); err != nil {
+		return err
+	}
 	delivery := make(chan kafka.Event, 1)
 	if err := d.producer.Produce(rec, delivery); err != nil {
-		return fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, err)
+		return d.checkFatal(fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, err))
 	}
 	select {
 	case ev := <-delivery:
@@ -66,7 +112,7 @@ func (d *deadLetterer) write(ctx context.Context, rec *kafka.Message) error {
 			return fmt.Errorf("producing to %s: unexpected delivery event %v", *rec.TopicPartition.Topic, ev)
 		}
 		if m.TopicPartition.Error != nil {
-			return fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, m.TopicPartition.Error)
+			return d.checkFatal(fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, m.TopicPartition.Error))
 		}
 		return nil
 	case <-ctx.Done():

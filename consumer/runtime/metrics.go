@@ -32,6 +32,10 @@ var (
 		Name: "eventforge_consumer_retries_total",
 		Help: "Failed attempts that were retried inline.",
 	}, []string{"consumer"})
+	unavailablePartitions = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_consumer_unavailable_partitions",
+		Help: "Partitions whose next record waits because PostgreSQL does not answer (class unavailable: retried without an attempt limit).",
+	}, []string{"consumer"})
 	lagGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_consumer_lag",
 		Help: "Records not yet finished per assigned partition: high watermark minus the offset after the last finished record (summed over topics).",
@@ -59,5 +63,6 @@ func initMetrics(consumer string) {
 	}
 	conflictsTotal.WithLabelValues(consumer)
 	retriesTotal.WithLabelValues(consumer)
+	unavailablePartitions.WithLabelValues(consumer)
 	applySeconds.WithLabelValues(consumer)
 }

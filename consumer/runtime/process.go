@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,22 +12,13 @@ import (
 	"github.com/eventforge/eventforge/internal/tracing"
 )
 
-// work applies p's records until p stops.
+// work applies p's records until p stops. A stopped partition starts no
+// new batch: take returns nil, and attempt begins no transaction.
 func (r *Runtime) work(p *partition) {
 	defer close(p.done)
 	for {
 		batch := p.take(r.opts.BatchSize)
-		if batch == nil {
-			return
-		}
-		select {
-		case r.slots <- struct{}{}:
-		case <-p.ctx.Done():
-			return
-		}
-		ok := r.process(p, batch)
-		<-r.slots
-		if !ok {
+		if batch == nil || !r.process(p, batch) {
 			return
 		}
 	}
@@ -42,6 +34,9 @@ func (r *Runtime) process(p *partition, batch []*kafka.Message) bool {
 		done, err := r.processBatch(p, batch)
 		if done {
 			return true
+		}
+		if errors.Is(err, errStopped) {
+			return false
 		}
 		r.logger.Warn("batch not applied; applying its records one by one", "topic", p.topic, "partition", p.id,
 			"first_offset", batch[0].TopicPartition.Offset, "records", len(batch), "err", err)
@@ -65,7 +60,7 @@ func (r *Runtime) processBatch(p *partition, batch []*kafka.Message) (bool, erro
 		}
 		evs[i] = ev
 	}
-	out, err := r.apply(p.ctx, evs)
+	out, err := r.attempt(p, evs)
 	if err != nil {
 		return false, err
 	}
@@ -80,16 +75,26 @@ func (r *Runtime) processBatch(p *partition, batch []*kafka.Message) (bool, erro
 
 // processOne applies m, retrying inline with backoff while its partition is
 // paused, until it is applied, found to be a duplicate, or dead-lettered.
-// It reports false when p stopped first.
+// Attempts that found the database unavailable are retried without limit
+// and do not count towards Options.MaxAttempts. It reports false when p
+// stopped first.
 func (r *Runtime) processOne(p *partition, m *kafka.Message) bool {
 	defer p.retrying.Store(false)
+	defer r.setUnavailable(p, false)
+	if p.ctx.Err() != nil {
+		return false
+	}
 	ev, envelopeErr := toEvent(m)
-	var first, last time.Time
+	var first, last, waitingSince time.Time
+	counted := 0 // failed attempts that count towards MaxAttempts
 	for attempt := 1; ; attempt++ {
 		err := envelopeErr
 		if err == nil {
 			var out outcome
-			out, err = r.apply(p.ctx, []Event{ev})
+			out, err = r.attempt(p, []Event{ev})
+			if errors.Is(err, errStopped) {
+				return false
+			}
 			if err == nil {
 				switch {
 				case out.duplicates > 0:
@@ -100,21 +105,28 @@ func (r *Runtime) processOne(p *partition, m *kafka.Message) bool {
 				default:
 					r.count(ResultApplied, 1)
 				}
+				if !waitingSince.IsZero() {
+					r.logger.Info("database answers again; partition resumes", "topic", ev.Topic, "partition", ev.Partition,
+						"offset", ev.Offset, "waited", time.Since(waitingSince).Round(time.Millisecond))
+				}
 				r.logger.Debug("event handled", "event_id", ev.ID, "type", ev.Type, "order_id", ev.Key, "topic", ev.Topic,
 					"partition", ev.Partition, "offset", ev.Offset, "duplicate", out.duplicates > 0, "attempt", attempt)
 				return true
 			}
 		}
+		class, err := r.classify(p.ctx, err)
 		now := time.Now()
-		if first.IsZero() {
-			first = now
+		if class != ClassUnavailable {
+			counted++
+			if first.IsZero() {
+				first = now
+			}
+			last = now
 		}
-		last = now
-		class := Classify(err)
-		if !retryable(class, attempt, r.opts.MaxAttempts, last.Sub(first), r.opts.NotFoundGrace) {
+		if !retryable(class, counted, r.opts.MaxAttempts, last.Sub(first), r.opts.NotFoundGrace) {
 			return r.deadLetter(p, m, ev.ID.String(), dlq.Failure{
 				Consumer: r.opts.Name, Class: string(class), Message: err.Error(),
-				Attempts: attempt, FirstFailedAt: first, LastFailedAt: last,
+				Attempts: counted, FirstFailedAt: first, LastFailedAt: last,
 			})
 		}
 		if p.ctx.Err() != nil {
@@ -123,8 +135,20 @@ func (r *Runtime) processOne(p *partition, m *kafka.Message) bool {
 		p.retrying.Store(true)
 		retriesTotal.WithLabelValues(r.opts.Name).Inc()
 		wait := backoff(attempt, r.opts.InitialBackoff, r.opts.MaxBackoff)
-		r.logger.Warn("event not applied; retrying", "err", err, "class", string(class), "event_id", ev.ID, "order_id", ev.Key,
-			"topic", ev.Topic, "partition", ev.Partition, "offset", ev.Offset, "attempt", attempt, "backoff", wait)
+		switch {
+		case class != ClassUnavailable:
+			r.setUnavailable(p, false)
+			r.logger.Warn("event not applied; retrying", "err", err, "class", string(class), "event_id", ev.ID, "order_id", ev.Key,
+				"topic", ev.Topic, "partition", ev.Partition, "offset", ev.Offset, "attempt", counted, "backoff", wait)
+		case !p.unavailable:
+			waitingSince = now
+			r.setUnavailable(p, true)
+			r.logger.Warn("database unavailable; partition waits", "err", err, "event_id", ev.ID, "order_id", ev.Key,
+				"topic", ev.Topic, "partition", ev.Partition, "offset", ev.Offset)
+		default:
+			r.logger.Debug("database still unavailable", "err", err, "topic", ev.Topic, "partition", ev.Partition,
+				"offset", ev.Offset, "backoff", wait)
+		}
 		if !p.sleep(wait) {
 			return false
 		}
@@ -144,7 +168,9 @@ func (r *Runtime) deadLetter(p *partition, m *kafka.Message, eventID string, f d
 		if err == nil {
 			break
 		}
-		if p.ctx.Err() != nil {
+		if p.ctx.Err() != nil || r.dlq.fatal() != nil {
+			// A fatal producer error ends Run; the record is redelivered
+			// to the next process.
 			return false
 		}
 		wait := backoff(attempt, r.opts.InitialBackoff, r.opts.MaxBackoff)

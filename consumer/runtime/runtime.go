@@ -19,7 +19,10 @@
 // record, so a poison record is isolated. A record that fails is retried
 // inline with exponential backoff and jitter while only its partition is
 // paused; a permanent failure, or exhausted attempts, sends it to the DLQ
-// topic "<source><suffix>". docs/consumer.md is the contract in prose.
+// topic "<source><suffix>". A record waits without an attempt limit while
+// PostgreSQL is unavailable (see probe.go for how a database that hangs is
+// told from a transaction that is slow). Waits between attempts hold no
+// worker slot. docs/consumer.md is the contract in prose.
 package runtime
 
 import (
@@ -84,9 +87,15 @@ type Batcher interface {
 	Queue(b *pgx.Batch, ev Event) error
 }
 
-// DB starts transactions; *pgxpool.Pool implements it.
+// DB is the database the runtime applies events to; PoolDB implements it
+// with a pgxpool.Pool.
 type DB interface {
+	// Begin starts a transaction on one of the DB's connections.
 	Begin(ctx context.Context) (pgx.Tx, error)
+	// Probe reports, within ctx, whether the server answers a trivial
+	// query on a connection of its own: not one its transactions may hold
+	// or wait for.
+	Probe(ctx context.Context) error
 }
 
 // Options configure a Runtime. Zero durations and sizes take the defaults
@@ -104,6 +113,7 @@ type Options struct {
 	NotFoundGrace    time.Duration // least time a missing subject is retried before dead-lettering (0: attempts only)
 	MaxBackoff       time.Duration // cap of the retry wait (default 5s)
 	AttemptTimeout   time.Duration // bound of one transaction (default 30s)
+	ProbeTimeout     time.Duration // bound of the probe after an attempt failed without an answer (default 5s)
 	CommitPeriod     time.Duration // how often stored offsets are committed (default 1s)
 	SessionTimeout   time.Duration // group session timeout (default 45s)
 	DLQSuffix        string        // DLQ topic = source topic + suffix (default ".dlq")
@@ -132,6 +142,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = 30 * time.Second
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 5 * time.Second
 	}
 	if o.CommitPeriod <= 0 {
 		o.CommitPeriod = time.Second
@@ -251,6 +264,12 @@ func (r *Runtime) loop(ctx context.Context, c *kafka.Consumer) error {
 	lagTick := time.NewTicker(time.Second)
 	defer lagTick.Stop()
 	for ctx.Err() == nil {
+		if err := r.dlq.fatal(); err != nil {
+			// The idempotent producer cannot go on; a new process (the
+			// supervisor restarts it) gets a new one and redelivers what
+			// was not dead-lettered.
+			return err
+		}
 		switch e := c.Poll(100).(type) {
 		case *kafka.Message:
 			if e.TopicPartition.Error != nil {

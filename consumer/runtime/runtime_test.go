@@ -121,6 +121,12 @@ type harness struct {
 // start runs a runtime named after the test on env's topic and group.
 func start(t *testing.T, env *testenv.Env, opts Options, h Handler) *harness {
 	t.Helper()
+	return startOn(t, env, PoolDB{env.Pool}, opts, h)
+}
+
+// startOn is start with the runtime's transactions and probes on db.
+func startOn(t *testing.T, env *testenv.Env, db DB, opts Options, h Handler) *harness {
+	t.Helper()
 	if _, err := env.Pool.Exec(context.Background(), effectsDDL); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
@@ -132,7 +138,7 @@ func start(t *testing.T, env *testenv.Env, opts Options, h Handler) *harness {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	rt := New(opts, env.Pool, h, logger)
+	rt := New(opts, db, h, logger)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var runErr error
@@ -390,7 +396,7 @@ func TestConcurrentDuplicateIsConflict(t *testing.T) {
 	if _, err := env.Pool.Exec(context.Background(), effectsDDL); err != nil {
 		t.Fatal(err)
 	}
-	r := New(Options{Name: "conflict"}, env.Pool, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := New(Options{Name: "conflict"}, PoolDB{env.Pool}, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ev := Event{ID: uuid.New(), Key: "k", Payload: []byte("x")}
 
 	// Hold the first transaction open after its mark.

@@ -26,6 +26,8 @@ type partition struct {
 	retrying atomic.Bool  // a record is failing and being retried
 	next     atomic.Int64 // offset after the last finished record; -1 unknown
 
+	unavailable bool // the current record waits for the database (worker only)
+
 	paused bool // fetch paused (poll goroutine only)
 }
 
@@ -70,9 +72,12 @@ func (p *partition) wantPause(queueSize int) bool {
 }
 
 // take waits for queued records and removes up to n of them, oldest first.
-// It returns nil when the partition is stopped.
+// It returns nil once the partition is stopped, even with records queued.
 func (p *partition) take(n int) []*kafka.Message {
 	for {
+		if p.ctx.Err() != nil {
+			return nil
+		}
 		p.mu.Lock()
 		if len(p.queue) > 0 {
 			k := min(n, len(p.queue))

@@ -1,9 +1,14 @@
 package runtime
 
 import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/jackc/pgx/v5"
 )
 
 func message(topic string, partition int32, offset int64, key string, headers map[string]string) *kafka.Message {
@@ -67,5 +72,35 @@ func TestPartitionWantPause(t *testing.T) {
 				t.Fatalf("wantPause = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestStoppedPartitionStartsNothing: once a partition is stopped its worker
+// takes no more records, even with records queued, and begins no attempt,
+// even when a worker slot is free at the same moment.
+func TestStoppedPartitionStartsNothing(t *testing.T) {
+	p := newPartition(kafka.TopicPartition{Topic: new(string)})
+	for i := range 3 {
+		p.push(message("t", 0, int64(i), "", nil))
+	}
+	p.stop()
+	if batch := p.take(10); batch != nil {
+		t.Fatalf("take after stop returned %d queued records", len(batch))
+	}
+	db := fakeDB{t: t, begin: func(context.Context) (pgx.Tx, error) {
+		t.Error("a stopped partition began a transaction")
+		return nil, errors.New("began")
+	}}
+	r := New(Options{Name: "stopped", Workers: 2}, db, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for range 200 { // the slot and the stop are both ready: whichever select picks, nothing begins
+		if _, err := r.attempt(p, []Event{{}}); !errors.Is(err, errStopped) {
+			t.Fatalf("attempt on a stopped partition: %v, want errStopped", err)
+		}
+		if n := len(r.slots); n != 0 {
+			t.Fatalf("%d slots held after attempts on a stopped partition", n)
+		}
+	}
+	if r.processOne(p, message("t", 0, 0, "", map[string]string{"id": "not-a-uuid"})) {
+		t.Fatal("a stopped partition finished a record")
 	}
 }

@@ -1,7 +1,10 @@
 // Package deploy_test cross-checks the deployment files against the binary
-// and the documentation: every flag, EVENTFORGE_* variable and port that
-// compose, the kustomize base and the Dockerfile use exists in
-// `eventforge <command> --help`; Prometheus scrapes what runs; every metric
+// and the documentation. Compose is loaded by compose-go (the loader of
+// Docker Compose v2: schema, interpolation, consistency) and the kustomize
+// base rendered by `kubectl kustomize`; on what they produce, every flag,
+// EVENTFORGE_* variable and port that compose, the kustomize base and the
+// Dockerfile use exists in `eventforge <command> --help`, and the console
+// runs only with an ops token from a secret; Prometheus scrapes what runs; every metric
 // the alert rules and the Grafana dashboard query is one docs/metrics.md
 // lists (the e2e metrics test checks that list against live scrapes); every
 // alert has a runbook in docs/operations.md and promtool cases that fire it
@@ -9,7 +12,11 @@
 package deploy_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -22,6 +29,8 @@ import (
 	"sync"
 	"testing"
 
+	composecli "github.com/compose-spec/compose-go/v2/cli"
+	composetypes "github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -85,27 +94,43 @@ func help(t *testing.T, command ...string) *cliSpec {
 	return s
 }
 
+// reporter receives the findings of a cross-check: the test itself, or a
+// recorder when a test shows that a broken manifest is caught.
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// recorder is a reporter that keeps the findings.
+type recorder struct{ found []string }
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.found = append(r.found, fmt.Sprintf(format, args...))
+}
+
 // checkArgs reports flags in args (after the subcommand) that the command
 // does not document.
-func checkArgs(t *testing.T, where string, spec *cliSpec, args []string) {
-	t.Helper()
+func checkArgs(r reporter, where string, spec *cliSpec, args []string) {
+	r.Helper()
 	for _, a := range args {
 		if !strings.HasPrefix(a, "--") {
 			continue
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if !spec.flags[name] {
-			t.Errorf("%s: flag --%s is not in `eventforge %s --help`", where, name, "…")
+			r.Errorf("%s: flag --%s is not in `eventforge %s --help`", where, name, "…")
 		}
 	}
 }
 
 // addrPort returns the port of a listen address such as 0.0.0.0:9464.
-func addrPort(t *testing.T, where, addr string) string {
-	t.Helper()
+func addrPort(r reporter, where, addr string) string {
+	r.Helper()
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		t.Errorf("%s: listen address %q: %v", where, addr, err)
+		r.Errorf("%s: listen address %q: %v", where, addr, err)
 	}
 	return port
 }
@@ -139,14 +164,79 @@ type composeFile struct {
 	Services map[string]composeService `yaml:"services"`
 }
 
-const eventforgeImage = "eventforge:local"
+const (
+	eventforgeImage = "eventforge:local"
+	composePath     = "compose/compose.yaml"
+)
 
+// composeEnv is the environment the tests load compose with: what compose
+// requires from whoever runs it.
+var composeEnv = map[string]string{"EVENTFORGE_OPS_TOKEN": "ops-token-from-the-environment"}
+
+// parseCompose loads a compose file with compose-go, the loader of Docker
+// Compose v2: it checks the file against the Compose schema, interpolates
+// ${VARIABLES} from env only (required ones fail when missing), merges
+// anchors and checks consistency (services, networks and volumes that
+// references name exist). Relative bind sources stay as written.
+func parseCompose(path string, env map[string]string) (*composetypes.Project, error) {
+	vars := make([]string, 0, len(env))
+	for k, v := range env {
+		vars = append(vars, k+"="+v)
+	}
+	opts, err := composecli.NewProjectOptions([]string{path},
+		composecli.WithWorkingDirectory(filepath.Dir(path)),
+		composecli.WithEnv(vars),
+		composecli.WithInterpolation(true),
+		composecli.WithConsistency(true),
+		composecli.WithResolvedPaths(false),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("compose options for %s: %w", path, err)
+	}
+	return opts.LoadProject(context.Background())
+}
+
+// composeServices is what the cross-checks read of a loaded project.
+func composeServices(p *composetypes.Project) composeFile {
+	c := composeFile{Services: map[string]composeService{}}
+	for name, svc := range p.Services {
+		s := composeService{
+			Image:       svc.Image,
+			Command:     []string(svc.Command),
+			Environment: map[string]string{},
+			Expose:      []string(svc.Expose),
+		}
+		for k, v := range svc.Environment {
+			if v != nil {
+				s.Environment[k] = *v
+			} else {
+				s.Environment[k] = ""
+			}
+		}
+		for _, port := range svc.Ports {
+			s.Ports = append(s.Ports, fmt.Sprintf("%s:%d", port.Published, port.Target))
+		}
+		for _, v := range svc.Volumes {
+			s.Volumes = append(s.Volumes, v.Source+":"+v.Target)
+		}
+		if svc.HealthCheck != nil {
+			s.Healthcheck.Test = []string(svc.HealthCheck.Test)
+		}
+		c.Services[name] = s
+	}
+	return c
+}
+
+// loadCompose loads compose/compose.yaml with compose-go and composeEnv.
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
-	var c composeFile
-	readYAML(t, "compose/compose.yaml", &c)
+	p, err := parseCompose(composePath, composeEnv)
+	if err != nil {
+		t.Fatalf("%s: %v", composePath, err)
+	}
+	c := composeServices(p)
 	if len(c.Services) == 0 {
-		t.Fatal("compose/compose.yaml: no services")
+		t.Fatalf("%s: no services", composePath)
 	}
 	return c
 }
@@ -162,69 +252,79 @@ func (s composeService) containerPorts() []string {
 }
 
 // listenPorts are the ports of the service's EVENTFORGE_*_ADDR variables.
-func listenPorts(t *testing.T, where string, env map[string]string) map[string]string {
-	t.Helper()
+func listenPorts(r reporter, where string, env map[string]string) map[string]string {
+	r.Helper()
 	ports := map[string]string{}
 	for k, v := range env {
 		if strings.HasPrefix(k, "EVENTFORGE_") && strings.HasSuffix(k, "_ADDR") && v != "" {
-			ports[k] = addrPort(t, where+" "+k, v)
+			ports[k] = addrPort(r, where+" "+k, v)
 		}
 	}
 	return ports
 }
 
 func TestComposeUsesWhatTheBinaryDocuments(t *testing.T) {
-	c := loadCompose(t)
+	checkCompose(t, t, loadCompose(t))
+}
+
+// checkCompose cross-checks the eventforge services of c against the
+// binary's --help, the Dockerfile and the files they mount; findings go to
+// r.
+func checkCompose(t *testing.T, r reporter, c composeFile) {
+	r.Helper()
 	entrypoint := dockerEntrypoint(t)
 	for name, s := range c.Services {
 		if s.Image != eventforgeImage {
 			continue
 		}
 		if len(s.Command) == 0 {
-			t.Errorf("service %s: no command", name)
+			r.Errorf("service %s: no command", name)
 			continue
 		}
 		spec := help(t, s.Command[0])
-		checkArgs(t, "service "+name, spec, s.Command[1:])
+		checkArgs(r, "service "+name, spec, s.Command[1:])
 		for k := range s.Environment {
 			if !strings.HasPrefix(k, "EVENTFORGE_") {
-				t.Errorf("service %s: variable %s is not an EVENTFORGE_* setting", name, k)
+				r.Errorf("service %s: variable %s is not an EVENTFORGE_* setting", name, k)
 			} else if !spec.envs[k] {
-				t.Errorf("service %s: %s is not in `eventforge %s --help`", name, k, s.Command[0])
+				r.Errorf("service %s: %s is not in `eventforge %s --help`", name, k, s.Command[0])
 			}
 		}
-		listen := listenPorts(t, "service "+name, s.Environment)
+		listen := listenPorts(r, "service "+name, s.Environment)
 		declared := s.containerPorts()
 		for k, p := range listen {
 			if !slices.Contains(declared, p) {
-				t.Errorf("service %s: %s listens on %s, which ports/expose do not declare (%v)", name, k, p, declared)
+				r.Errorf("service %s: %s listens on %s, which ports/expose do not declare (%v)", name, k, p, declared)
 			}
 		}
 		for _, p := range declared {
 			if !slices.Contains(mapValues(listen), p) {
-				t.Errorf("service %s: port %s is declared but no EVENTFORGE_*_ADDR listens on it", name, p)
+				r.Errorf("service %s: port %s is declared but no EVENTFORGE_*_ADDR listens on it", name, p)
 			}
 		}
 		if hc := s.Healthcheck.Test; len(hc) > 0 {
 			if len(hc) != 4 || hc[0] != "CMD" || hc[1] != entrypoint || hc[2] != "probe" {
-				t.Errorf("service %s: healthcheck %v, want [CMD %s probe URL]", name, hc, entrypoint)
+				r.Errorf("service %s: healthcheck %v, want [CMD %s probe URL]", name, hc, entrypoint)
 				continue
 			}
 			help(t, "probe")
 			u, err := url.Parse(hc[3])
 			if err != nil || !slices.Contains(mapValues(listen), u.Port()) {
-				t.Errorf("service %s: healthcheck URL %s is not on a port the service listens on (%v)", name, hc[3], listen)
+				r.Errorf("service %s: healthcheck URL %s is not on a port the service listens on (%v)", name, hc[3], listen)
 			}
 			if u != nil && u.Path != "/healthz" && u.Path != "/readyz" {
-				t.Errorf("service %s: healthcheck path %s, want /healthz or /readyz", name, u.Path)
+				r.Errorf("service %s: healthcheck path %s, want /healthz or /readyz", name, u.Path)
 			}
+		}
+		if s.Command[0] == "api" && s.Environment["EVENTFORGE_CONSOLE"] == "true" && s.Environment["EVENTFORGE_OPS_TOKEN"] == "" {
+			r.Errorf("service %s: the console is on without EVENTFORGE_OPS_TOKEN", name)
 		}
 		if ep := s.Environment["EVENTFORGE_OTLP_ENDPOINT"]; ep != "" {
 			u, err := url.Parse(ep)
 			if err != nil {
-				t.Errorf("service %s: EVENTFORGE_OTLP_ENDPOINT %q: %v", name, ep, err)
+				r.Errorf("service %s: EVENTFORGE_OTLP_ENDPOINT %q: %v", name, ep, err)
 			} else if col, ok := c.Services[u.Hostname()]; !ok || !slices.Contains(col.containerPorts(), u.Port()) {
-				t.Errorf("service %s: EVENTFORGE_OTLP_ENDPOINT %s names no service port", name, ep)
+				r.Errorf("service %s: EVENTFORGE_OTLP_ENDPOINT %s names no service port", name, ep)
 			}
 		}
 	}
@@ -233,7 +333,7 @@ func TestComposeUsesWhatTheBinaryDocuments(t *testing.T) {
 			src, _, _ := strings.Cut(v, ":")
 			if strings.HasPrefix(src, ".") {
 				if _, err := os.Stat(filepath.Join("compose", src)); err != nil {
-					t.Errorf("service %s: volume source %s: %v", name, src, err)
+					r.Errorf("service %s: volume source %s: %v", name, src, err)
 				}
 			}
 		}
@@ -551,19 +651,53 @@ type kubeObject struct {
 
 const kubeBase = "kubernetes/base"
 
-// kubeObjects loads every object of the base's kustomization resources.
+// kustomizeVersion is the kustomize that kubectl v1.32 embeds; without a
+// kubectl on the PATH the tests run this one through the Go module proxy.
+const kustomizeVersion = "sigs.k8s.io/kustomize/kustomize/v5@v5.5.0"
+
+var (
+	renderMu    sync.Mutex
+	renderCache = map[string][]byte{}
+)
+
+// kustomize renders the kustomization in dir as `kubectl kustomize dir` does
+// (the same kustomize, run with `go run` when kubectl is missing).
+func kustomize(dir string) ([]byte, error) {
+	var cmd *exec.Cmd
+	if kubectl, err := exec.LookPath("kubectl"); err == nil {
+		cmd = exec.Command(kubectl, "kustomize", dir)
+	} else {
+		cmd = exec.Command("go", "run", kustomizeVersion, "build", dir)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// kubeObjects renders the base with kustomize and decodes every object.
 func kubeObjects(t *testing.T) []kubeObject {
 	t.Helper()
-	var k struct {
-		Resources []string `yaml:"resources"`
+	renderMu.Lock()
+	out, ok := renderCache[kubeBase]
+	if !ok {
+		var err error
+		if out, err = kustomize(kubeBase); err != nil {
+			renderMu.Unlock()
+			t.Fatalf("rendering %s: %v", kubeBase, err)
+		}
+		renderCache[kubeBase] = out
 	}
-	readYAML(t, filepath.Join(kubeBase, "kustomization.yaml"), &k)
-	if len(k.Resources) == 0 {
-		t.Fatal("kustomization.yaml lists no resources")
+	renderMu.Unlock()
+	objs, err := decodeObjects(bytes.NewReader(out))
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", kubeBase, err)
 	}
-	var objs []kubeObject
-	for _, r := range k.Resources {
-		objs = append(objs, decodeAll(t, filepath.Join(kubeBase, r))...)
+	if len(objs) == 0 {
+		t.Fatalf("kubectl kustomize %s rendered no objects", kubeBase)
 	}
 	return objs
 }
@@ -572,25 +706,34 @@ func decodeAll(t *testing.T, path string) []kubeObject {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("kustomization resource: %v", err)
+		t.Fatal(err)
 	}
 	defer f.Close()
-	dec := yaml.NewDecoder(f)
+	objs, err := decodeObjects(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return objs
+}
+
+// decodeObjects decodes a stream of Kubernetes objects.
+func decodeObjects(r io.Reader) ([]kubeObject, error) {
+	dec := yaml.NewDecoder(r)
 	var objs []kubeObject
 	for {
 		var node yaml.Node
 		if err := dec.Decode(&node); err != nil {
-			if err.Error() == "EOF" {
-				return objs
+			if errors.Is(err, io.EOF) {
+				return objs, nil
 			}
-			t.Fatalf("%s: %v", path, err)
+			return nil, err
 		}
 		var o kubeObject
 		if err := node.Decode(&o); err != nil {
-			t.Fatalf("%s: %v", path, err)
+			return nil, err
 		}
 		if err := node.Decode(&o.raw); err != nil {
-			t.Fatalf("%s: %v", path, err)
+			return nil, err
 		}
 		if o.Kind == "Service" {
 			if spec, ok := o.raw["spec"].(map[string]any); ok {
@@ -603,7 +746,7 @@ func decodeAll(t *testing.T, path string) []kubeObject {
 			}
 		}
 		if o.Kind == "" || o.Metadata.Name == "" {
-			t.Fatalf("%s: object without kind or name", path)
+			return nil, fmt.Errorf("object without kind or name: %v", o.raw)
 		}
 		objs = append(objs, o)
 	}
@@ -619,7 +762,13 @@ func kubeContainers(t *testing.T) []kubeContainer {
 }
 
 func TestKustomizeBaseUsesWhatTheBinaryDocuments(t *testing.T) {
-	objs := kubeObjects(t)
+	checkKustomize(t, t, kubeObjects(t))
+}
+
+// checkKustomize cross-checks the rendered objects against the binary's
+// --help, secret.example.yaml and each other; findings go to r.
+func checkKustomize(t *testing.T, r reporter, objs []kubeObject) {
+	r.Helper()
 	configMaps := map[string]map[string]string{}
 	for _, o := range objs {
 		if o.Kind == "ConfigMap" {
@@ -643,15 +792,16 @@ func TestKustomizeBaseUsesWhatTheBinaryDocuments(t *testing.T) {
 		where := o.Kind + " " + o.Metadata.Name
 		tpl := o.Spec.Template
 		if nr := tpl.Spec.SecurityContext.RunAsNonRoot; nr == nil || !*nr {
-			t.Errorf("%s: pod securityContext.runAsNonRoot must be true", where)
+			r.Errorf("%s: pod securityContext.runAsNonRoot must be true", where)
 		}
 		for _, c := range tpl.Spec.Containers {
-			if c.Image != "eventforge" || len(c.Args) == 0 {
-				t.Errorf("%s: container %s: want image eventforge with a subcommand in args", where, c.Name)
+			// kustomization.yaml's images: sets the tag.
+			if name, _, _ := strings.Cut(c.Image, ":"); name != "eventforge" || len(c.Args) == 0 {
+				r.Errorf("%s: container %s: image %s, want image eventforge with a subcommand in args", where, c.Name, c.Image)
 				continue
 			}
 			spec := help(t, c.Args[0])
-			checkArgs(t, where, spec, c.Args[1:])
+			checkArgs(r, where, spec, c.Args[1:])
 			env := map[string]string{}
 			for _, ef := range c.EnvFrom {
 				if ef.ConfigMapRef == nil {
@@ -659,65 +809,72 @@ func TestKustomizeBaseUsesWhatTheBinaryDocuments(t *testing.T) {
 				}
 				data, ok := configMaps[ef.ConfigMapRef.Name]
 				if !ok {
-					t.Errorf("%s: envFrom ConfigMap %s is not in the base", where, ef.ConfigMapRef.Name)
+					r.Errorf("%s: envFrom ConfigMap %s is not in the base", where, ef.ConfigMapRef.Name)
 				}
 				for k, v := range data {
 					env[k] = v
 				}
 			}
+			fromSecret := map[string]bool{}
 			for _, e := range c.Env {
 				env[e.Name] = e.Value
 				if e.ValueFrom == nil {
 					continue
 				}
-				if r := e.ValueFrom.SecretKeyRef; r != nil && !secretKeys[r.Name+"/"+r.Key] {
-					t.Errorf("%s: %s references secret %s key %s, which secret.example.yaml does not define", where, e.Name, r.Name, r.Key)
+				if ref := e.ValueFrom.SecretKeyRef; ref != nil {
+					fromSecret[e.Name] = true
+					if !secretKeys[ref.Name+"/"+ref.Key] {
+						r.Errorf("%s: %s references secret %s key %s, which secret.example.yaml does not define", where, e.Name, ref.Name, ref.Key)
+					}
 				}
-				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-					if _, ok := configMaps[r.Name][r.Key]; !ok {
-						t.Errorf("%s: %s references ConfigMap %s key %s, which does not exist", where, e.Name, r.Name, r.Key)
+				if ref := e.ValueFrom.ConfigMapKeyRef; ref != nil {
+					if _, ok := configMaps[ref.Name][ref.Key]; !ok {
+						r.Errorf("%s: %s references ConfigMap %s key %s, which does not exist", where, e.Name, ref.Name, ref.Key)
 					}
 				}
 			}
+			if c.Args[0] == "api" && env["EVENTFORGE_CONSOLE"] == "true" && !fromSecret["EVENTFORGE_OPS_TOKEN"] {
+				r.Errorf("%s: the console is on, but EVENTFORGE_OPS_TOKEN does not come from a Secret (secretKeyRef)", where)
+			}
 			for k := range env {
 				if !spec.envs[k] {
-					t.Errorf("%s: %s is not in `eventforge %s --help`", where, k, c.Args[0])
+					r.Errorf("%s: %s is not in `eventforge %s --help`", where, k, c.Args[0])
 				}
 			}
-			listen := listenPorts(t, where, env)
+			listen := listenPorts(r, where, env)
 			portNames := map[string]string{}
 			for _, p := range c.Ports {
 				port := fmt.Sprint(p.ContainerPort)
 				portNames[p.Name] = port
 				if !slices.Contains(mapValues(listen), port) {
-					t.Errorf("%s: containerPort %s: no EVENTFORGE_*_ADDR listens on it (%v)", where, port, listen)
+					r.Errorf("%s: containerPort %s: no EVENTFORGE_*_ADDR listens on it (%v)", where, port, listen)
 				}
 			}
 			for k, p := range listen {
 				if !slices.Contains(mapValues(portNames), p) {
-					t.Errorf("%s: %s listens on %s, which the container does not declare", where, k, p)
+					r.Errorf("%s: %s listens on %s, which the container does not declare", where, k, p)
 				}
 			}
 			if o.Kind == "Job" {
 				continue
 			}
 			if c.LivenessProbe == nil || c.ReadinessProbe == nil {
-				t.Errorf("%s: liveness and readiness probes are required", where)
+				r.Errorf("%s: liveness and readiness probes are required", where)
 			}
 			for _, pr := range []*probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
 				if pr == nil {
 					continue
 				}
 				if pr.HTTPGet == nil || (pr.HTTPGet.Path != "/healthz" && pr.HTTPGet.Path != "/readyz") {
-					t.Errorf("%s: probe %+v: want httpGet on /healthz or /readyz", where, pr)
+					r.Errorf("%s: probe %+v: want httpGet on /healthz or /readyz", where, pr)
 					continue
 				}
 				if _, ok := portNames[fmt.Sprint(pr.HTTPGet.Port)]; !ok && !slices.Contains(mapValues(portNames), fmt.Sprint(pr.HTTPGet.Port)) {
-					t.Errorf("%s: probe port %v is not a container port", where, pr.HTTPGet.Port)
+					r.Errorf("%s: probe port %v is not a container port", where, pr.HTTPGet.Port)
 				}
 			}
 			if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" {
-				t.Errorf("%s: cpu and memory requests are required", where)
+				r.Errorf("%s: cpu and memory requests are required", where)
 			}
 			if ann := tpl.Metadata.Annotations; ann["prometheus.io/scrape"] == "true" {
 				want := listen["EVENTFORGE_METRICS_ADDR"]
@@ -725,7 +882,7 @@ func TestKustomizeBaseUsesWhatTheBinaryDocuments(t *testing.T) {
 					want = listen["EVENTFORGE_HTTP_ADDR"]
 				}
 				if ann["prometheus.io/port"] != want || ann["prometheus.io/path"] != "/metrics" {
-					t.Errorf("%s: scrape annotations %v, want /metrics on port %s", where, ann, want)
+					r.Errorf("%s: scrape annotations %v, want /metrics on port %s", where, ann, want)
 				}
 			}
 		}
@@ -733,14 +890,14 @@ func TestKustomizeBaseUsesWhatTheBinaryDocuments(t *testing.T) {
 			continue
 		}
 		if !subset(o.Spec.Selector.MatchLabels, tpl.Metadata.Labels) {
-			t.Errorf("%s: selector %v does not match the pod labels %v", where, o.Spec.Selector.MatchLabels, tpl.Metadata.Labels)
+			r.Errorf("%s: selector %v does not match the pod labels %v", where, o.Spec.Selector.MatchLabels, tpl.Metadata.Labels)
 		}
 		pdb := false
 		for _, p := range byKind["PodDisruptionBudget"] {
 			pdb = pdb || (len(p.Spec.Selector.MatchLabels) > 0 && subset(p.Spec.Selector.MatchLabels, tpl.Metadata.Labels))
 		}
 		if !pdb {
-			t.Errorf("%s: no PodDisruptionBudget selects its pods", where)
+			r.Errorf("%s: no PodDisruptionBudget selects its pods", where)
 		}
 		var hpa *kubeObject
 		for i, h := range byKind["HorizontalPodAutoscaler"] {
@@ -751,13 +908,13 @@ func TestKustomizeBaseUsesWhatTheBinaryDocuments(t *testing.T) {
 		switch cmd := tpl.Spec.Containers[0].Args[0]; cmd {
 		case "cdc":
 			if o.Spec.Replicas == nil || *o.Spec.Replicas != 2 || hpa != nil {
-				t.Errorf("%s: cdc runs exactly 2 replicas (active + standby) and no HPA", where)
+				r.Errorf("%s: cdc runs exactly 2 replicas (active + standby) and no HPA", where)
 			}
 		case "api", "consumer":
 			if hpa == nil {
-				t.Errorf("%s: no HorizontalPodAutoscaler", where)
+				r.Errorf("%s: no HorizontalPodAutoscaler", where)
 			} else if cmd == "consumer" && hpa.Spec.MaxReplicas > topicPartitions(t) {
-				t.Errorf("%s: HPA max %d replicas exceeds the topic's %d partitions", where, hpa.Spec.MaxReplicas, topicPartitions(t))
+				r.Errorf("%s: HPA max %d replicas exceeds the topic's %d partitions", where, hpa.Spec.MaxReplicas, topicPartitions(t))
 			}
 		}
 	}
@@ -774,17 +931,17 @@ func TestKustomizeBaseUsesWhatTheBinaryDocuments(t *testing.T) {
 					found = found || p.Name == fmt.Sprint(sp.TargetPort) || fmt.Sprint(p.ContainerPort) == fmt.Sprint(sp.TargetPort)
 				}
 				if !found {
-					t.Errorf("Service %s: targetPort %v is not a port of %s", s.Metadata.Name, sp.TargetPort, d.Metadata.Name)
+					r.Errorf("Service %s: targetPort %v is not a port of %s", s.Metadata.Name, sp.TargetPort, d.Metadata.Name)
 				}
 			}
 		}
 		if !matched {
-			t.Errorf("Service %s selects no Deployment", s.Metadata.Name)
+			r.Errorf("Service %s selects no Deployment", s.Metadata.Name)
 		}
 	}
 	for _, kind := range []string{"Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler", "PodDisruptionBudget"} {
 		if len(byKind[kind]) == 0 {
-			t.Errorf("the base has no %s", kind)
+			r.Errorf("the base has no %s", kind)
 		}
 	}
 }

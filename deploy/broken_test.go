@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +45,7 @@ func brokenCopy(t *testing.T, dir string, e edit) string {
 
 // TestComposeOpsTokenComesFromTheEnvironment: every api runs the console
 // with the token of the environment compose runs in, and compose refuses
-// the file when the variable is missing or empty.
+// the file when that variable or the page-token key is missing or empty.
 func TestComposeOpsTokenComesFromTheEnvironment(t *testing.T) {
 	apis := 0
 	for name, s := range loadCompose(t).Services {
@@ -60,10 +61,17 @@ func TestComposeOpsTokenComesFromTheEnvironment(t *testing.T) {
 	if apis == 0 {
 		t.Fatal("no api service")
 	}
-	for _, env := range []map[string]string{{}, {"EVENTFORGE_OPS_TOKEN": ""}} {
-		_, err := parseCompose(composePath, env)
-		if err == nil || !strings.Contains(err.Error(), "EVENTFORGE_OPS_TOKEN") {
-			t.Errorf("loading with %v: %v, want an error naming EVENTFORGE_OPS_TOKEN", env, err)
+	for _, name := range []string{"EVENTFORGE_OPS_TOKEN", "EVENTFORGE_PAGE_TOKEN_KEY"} {
+		for _, value := range []string{"", "unset"} {
+			env := maps.Clone(composeEnv)
+			if value == "unset" {
+				delete(env, name)
+			} else {
+				env[name] = value
+			}
+			if _, err := parseCompose(composePath, env); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("loading with %s %s: %v, want an error naming %s", name, value, err, name)
+			}
 		}
 	}
 }

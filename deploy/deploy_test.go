@@ -171,7 +171,10 @@ const (
 
 // composeEnv is the environment the tests load compose with: what compose
 // requires from whoever runs it.
-var composeEnv = map[string]string{"EVENTFORGE_OPS_TOKEN": "ops-token-from-the-environment"}
+var composeEnv = map[string]string{
+	"EVENTFORGE_OPS_TOKEN":      "ops-token-from-the-environment",
+	"EVENTFORGE_PAGE_TOKEN_KEY": "page-token-key-from-the-environment-32",
+}
 
 // parseCompose loads a compose file with compose-go, the loader of Docker
 // Compose v2: it checks the file against the Compose schema, interpolates
@@ -318,6 +321,9 @@ func checkCompose(t *testing.T, r reporter, c composeFile) {
 		}
 		if s.Command[0] == "api" && s.Environment["EVENTFORGE_CONSOLE"] == "true" && s.Environment["EVENTFORGE_OPS_TOKEN"] == "" {
 			r.Errorf("service %s: the console is on without EVENTFORGE_OPS_TOKEN", name)
+		}
+		if s.Command[0] == "api" && s.Environment["EVENTFORGE_PAGE_TOKEN_KEY"] == "" {
+			r.Errorf("service %s: no EVENTFORGE_PAGE_TOKEN_KEY: replicas would sign page tokens with keys of their own", name)
 		}
 		if ep := s.Environment["EVENTFORGE_OTLP_ENDPOINT"]; ep != "" {
 			u, err := url.Parse(ep)
@@ -835,6 +841,9 @@ func checkKustomize(t *testing.T, r reporter, objs []kubeObject) {
 			}
 			if c.Args[0] == "api" && env["EVENTFORGE_CONSOLE"] == "true" && !fromSecret["EVENTFORGE_OPS_TOKEN"] {
 				r.Errorf("%s: the console is on, but EVENTFORGE_OPS_TOKEN does not come from a Secret (secretKeyRef)", where)
+			}
+			if c.Args[0] == "api" && !fromSecret["EVENTFORGE_PAGE_TOKEN_KEY"] {
+				r.Errorf("%s: EVENTFORGE_PAGE_TOKEN_KEY does not come from a Secret (secretKeyRef): replicas would sign page tokens with keys of their own", where)
 			}
 			for k := range env {
 				if !spec.envs[k] {

@@ -275,3 +275,65 @@ func gaugeValue(g prometheus.Gauge) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
+
+// TestAttemptTimeoutClassifiedByProbe: on the real server, an attempt that
+// times out is told apart by the probe. A transaction waiting for a lock
+// another session holds times out while the server answers the probe:
+// transient, it counts towards MaxAttempts. A pool whose only connection is
+// taken cannot begin the transaction at all: unavailable.
+func TestAttemptTimeoutClassifiedByProbe(t *testing.T) {
+	env := testenv.New(t)
+	ctx := context.Background()
+	if _, err := env.Pool.Exec(ctx, effectsDDL); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(env.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	r := New(Options{Name: "probe", AttemptTimeout: 300 * time.Millisecond, ProbeTimeout: 5 * time.Second},
+		PoolDB{pool}, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ev := Event{ID: uuid.New(), Key: "k", Payload: []byte("x")}
+
+	t.Run("lock wait on a live server", func(t *testing.T) {
+		lock, err := env.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = lock.Rollback(ctx) }()
+		if _, err := lock.Exec(ctx, `LOCK TABLE test_effects IN ACCESS EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.apply(ctx, []Event{ev})
+		if err == nil {
+			t.Fatal("the attempt succeeded while the table was locked")
+		}
+		if c, cerr := r.classify(ctx, err); c != ClassTransient || errors.Is(cerr, ErrUnavailable) {
+			t.Fatalf("attempt error %v classified %s (%v), want transient", err, c, cerr)
+		}
+	})
+	t.Run("pool exhausted", func(t *testing.T) {
+		held, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		_, err = r.apply(ctx, []Event{ev})
+		if c, _ := r.classify(ctx, err); c != ClassUnavailable || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("attempt error %v classified %s, want unavailable", err, c)
+		}
+	})
+	var marks int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE consumer = 'probe'`).Scan(&marks); err != nil {
+		t.Fatal(err)
+	}
+	if marks != 0 {
+		t.Fatalf("%d marks left by failed attempts", marks)
+	}
+}

@@ -93,6 +93,28 @@ openapi-validator: $(OPENAPI_VALIDATOR)/node_modules/.package-lock.json ## Insta
 $(OPENAPI_VALIDATOR)/node_modules/.package-lock.json: $(OPENAPI_VALIDATOR)/package.json $(OPENAPI_VALIDATOR)/package-lock.json
 	npm ci --prefix $(OPENAPI_VALIDATOR) --no-audit --no-fund
 
+# The outside property-based OpenAPI fuzzer (schemathesis from PyPI, pinned),
+# installed into a venv under the git-ignored bin/. `make fuzz-api` runs it
+# against a running api (`make run`, or `eventforge api`) on loopback: every
+# route of /openapi.json, bounded in examples and time.
+SCHEMATHESIS_VERSION := 4.32.5
+SCHEMATHESIS := $(BIN)/schemathesis/bin/st
+FUZZ_API_URL ?= http://127.0.0.1:8080
+FUZZ_API_EXAMPLES ?= 50
+FUZZ_API_SECONDS ?= 300
+
+$(BIN)/schemathesis/.stamp-$(SCHEMATHESIS_VERSION):
+	python3 -m venv $(BIN)/schemathesis
+	$(BIN)/schemathesis/bin/pip install -q schemathesis==$(SCHEMATHESIS_VERSION)
+	@touch $@
+
+.PHONY: fuzz-api
+fuzz-api: $(BIN)/schemathesis/.stamp-$(SCHEMATHESIS_VERSION) ## Fuzz a running api's REST routes from its /openapi.json (FUZZ_API_URL, loopback only)
+	@case "$(FUZZ_API_URL)" in http://127.*|http://localhost*|http://\[::1\]*) ;; \
+		*) echo >&2 "FUZZ_API_URL must be a loopback address"; exit 1;; esac
+	$(SCHEMATHESIS) run $(FUZZ_API_URL)/openapi.json --url $(FUZZ_API_URL) --checks all \
+		--max-examples $(FUZZ_API_EXAMPLES) --max-time $(FUZZ_API_SECONDS) --workers 1 --seed 15
+
 ##@ Observability
 
 PROMTOOL ?= promtool

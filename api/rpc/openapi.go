@@ -21,7 +21,8 @@ import (
 // min_len/max_len/len/pattern/uuid become minLength/maxLength/pattern/format,
 // integer bounds minimum/maximum (and, for int64 fields, which JSON carries
 // as strings, a pattern of the decimal range), repeated min_items/max_items
-// minItems/maxItems, and required a "required" entry. CreateOrderRequest's
+// minItems/maxItems, and required a "required" entry. Request bodies get
+// additionalProperties: false, since unknown JSON fields are refused. CreateOrderRequest's
 // currency gets the enum of Currencies(). request_id is described as the
 // Idempotency-Key header only, the form REST clients use. A rule without an
 // OpenAPI form is an error, so the document can never miss one.
@@ -138,6 +139,8 @@ func (e *enricher) message(schema map[string]any, md protoreflect.MessageDescrip
 			return fmt.Errorf("definition %s is missing", name)
 		}
 	}
+	// The gateway refuses unknown JSON fields (RESTMarshaler).
+	schema["additionalProperties"] = false
 	props := asMap(schema["properties"])
 	for name, p := range props {
 		fd := md.Fields().ByName(protoreflect.Name(name))

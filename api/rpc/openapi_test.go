@@ -68,6 +68,9 @@ func locate(t *testing.T, doc map[string]any, method protoreflect.MethodDescript
 			if prop == nil {
 				return docLocation{}, false
 			}
+			if obj["additionalProperties"] != false {
+				t.Errorf("%s: body schema allows additional properties, which the gateway refuses", method.Name())
+			}
 			if i == len(path)-1 {
 				return docLocation{schema: prop, parent: obj, name: string(fd.Name())}, true
 			}

@@ -564,8 +564,12 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 		s.logger.Warn("events left unacknowledged at session end; they will be republished", "events", left)
 	}
 	s.m.inflight.Set(0)
-	// Confirming the acknowledged prefix is safe whatever ended the session.
-	if err := s.sendStatus(context.WithoutCancel(ctx)); err != nil {
+	// Confirming the acknowledged prefix is safe whatever ended the session;
+	// on a connection that broke there is nothing to send it on (pgconn is
+	// already writing its goodbye on it from another goroutine).
+	if s.conn.IsClosed() {
+		s.logger.Debug("final status update skipped: connection closed")
+	} else if err := s.sendStatus(context.WithoutCancel(ctx)); err != nil {
 		s.logger.Debug("final status update", "err", err)
 	}
 	s.logger.Info("replication stopped", "lsn", s.tracker.Confirmable().String(), "err", loopErr)

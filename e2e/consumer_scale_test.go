@@ -125,8 +125,18 @@ func windowRebalance(t *testing.T) {
 		}
 	})
 	extra := []string{"--batch-size", "20"}
+	// applying waits until the group has applied at least n events.
+	applying := func(n int, what string) {
+		t.Helper()
+		testenv.Eventually(t, 2*time.Minute, what, func() error {
+			if m := marks(t, pl, "fulfillment"); m < n {
+				return fmt.Errorf("%d events applied, want at least %d", m, n)
+			}
+			return nil
+		})
+	}
 	first, _ := consumerProc(t, pl, "fulfillment-1", "fulfillment", pl.env.Group, nil, extra...)
-	time.Sleep(5 * time.Second)
+	applying(300, "the first instance applying alone")
 	second, _ := consumerProc(t, pl, "fulfillment-2", "fulfillment", pl.env.Group, nil, extra...)
 	third, _ := consumerProc(t, pl, "fulfillment-3", "fulfillment", pl.env.Group, nil, extra...)
 	testenv.Eventually(t, 60*time.Second, "three members", func() error {
@@ -139,7 +149,7 @@ func windowRebalance(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(3 * time.Second)
+	applying(marks(t, pl, "fulfillment")+300, "three instances applying")
 	second.stop()
 	third.stop()
 	if second.err != nil || third.err != nil {

@@ -71,8 +71,20 @@ func windowStandbyTakeover(t *testing.T) {
 	}
 	waitMetric(t, standbyMetrics, "eventforge_cdc_active", time.Minute, "standby took over", func(v float64) bool { return v == 1 })
 	takeover := time.Since(killed)
-	waitMetric(t, standbyMetrics, "eventforge_cdc_events_published_total", 30*time.Second, "standby publishing", func(v float64) bool { return v > 0 })
-	time.Sleep(time.Second)
+	// The load and the sampling go on while the standby publishes a
+	// steady stream, not just its first event.
+	mu.Lock()
+	sampledBefore := samples
+	mu.Unlock()
+	waitMetric(t, standbyMetrics, "eventforge_cdc_events_published_total", time.Minute, "standby publishing under load", func(v float64) bool { return v >= 200 })
+	testenv.Eventually(t, 30*time.Second, "gauges sampled while the standby publishes", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if samples < sampledBefore+10 {
+			return fmt.Errorf("%d samples since the standby published, want 10", samples-sampledBefore)
+		}
+		return nil
+	})
 	commits, errs := l.stop()
 	close(stop)
 	<-sampled
@@ -90,6 +102,33 @@ func windowStandbyTakeover(t *testing.T) {
 	t.Logf("takeover %.2f s after SIGKILL (standby streaming %.2f s after it); %d commits under load (%d errors), %d gauge samples, %d duplicates",
 		takeover.Seconds(), started.Sub(killed).Seconds(), commits, errs, samples, c.Duplicates)
 	verifyRelayOnly(t, &pipeline{env: env})
+}
+
+// sessionEnds counts the reader's log lines saying its session or its
+// control connection ended.
+func sessionEnds(t testing.TB, p *proc) int {
+	t.Helper()
+	f, err := os.Open(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	n := 0
+	for sc.Scan() {
+		var line struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil &&
+			(line.Msg == "cdc session ended; reconnecting" || line.Msg == "cdc connection ended; reconnecting") {
+			n++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading %s: %v", p.log, err)
+	}
+	return n
 }
 
 // logTime returns the time of the first JSON log line of path whose msg is
@@ -138,8 +177,14 @@ func windowBrokerAndPostgresRestarts(t *testing.T) {
 	t.Logf("oldest unpublished age back to %.2f s after the broker restart", age)
 	published, _ := scrape(metrics, "eventforge_cdc_events_published_total")
 
+	ended := sessionEnds(t, reader)
 	stack.StopPostgres(t, true)
-	time.Sleep(time.Second)
+	testenv.Eventually(t, time.Minute, "reader noticed PostgreSQL gone", func() error {
+		if n := sessionEnds(t, reader); n == ended {
+			return fmt.Errorf("no session or connection end logged since the stop (%d before it)", ended)
+		}
+		return nil
+	})
 	stack.Start(t)
 	waitMetric(t, metrics, "eventforge_cdc_events_published_total", 3*time.Minute, "publishing after the PostgreSQL restart", func(v float64) bool { return v >= published+100 })
 	commits, errs := l.stop()

@@ -125,18 +125,8 @@ func windowRebalance(t *testing.T) {
 		}
 	})
 	extra := []string{"--batch-size", "20"}
-	// applying waits until the group has applied at least n events.
-	applying := func(n int, what string) {
-		t.Helper()
-		testenv.Eventually(t, 2*time.Minute, what, func() error {
-			if m := marks(t, pl, "fulfillment"); m < n {
-				return fmt.Errorf("%d events applied, want at least %d", m, n)
-			}
-			return nil
-		})
-	}
 	first, _ := consumerProc(t, pl, "fulfillment-1", "fulfillment", pl.env.Group, nil, extra...)
-	applying(300, "the first instance applying alone")
+	waitApplying(t, pl, 300, "the first instance applying alone")
 	second, _ := consumerProc(t, pl, "fulfillment-2", "fulfillment", pl.env.Group, nil, extra...)
 	third, _ := consumerProc(t, pl, "fulfillment-3", "fulfillment", pl.env.Group, nil, extra...)
 	testenv.Eventually(t, 60*time.Second, "three members", func() error {
@@ -149,7 +139,7 @@ func windowRebalance(t *testing.T) {
 		}
 		return nil
 	})
-	applying(marks(t, pl, "fulfillment")+300, "three instances applying")
+	waitApplying(t, pl, marks(t, pl, "fulfillment")+300, "three instances applying")
 	second.stop()
 	third.stop()
 	if second.err != nil || third.err != nil {

@@ -245,17 +245,19 @@ func windowBrokerPaused(t *testing.T) {
 	pl.startConsumer(t, "consumer", nil, "--session-timeout", "6s")
 
 	load := startOrderLoad(t, pl, 50)
-	time.Sleep(4 * time.Second)
+	waitApplying(t, pl, 100, "the pipeline applying before the pause")
 	if err := c.Pause(0); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("broker paused (SIGSTOP)")
+	// The length of the fault, not a wait for the system: orders keep
+	// arriving while the broker answers nothing.
 	time.Sleep(10 * time.Second)
 	if err := c.Resume(0); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("broker resumed (SIGCONT)")
-	time.Sleep(4 * time.Second)
+	waitApplying(t, pl, marks(t, pl, "fulfillment")+100, "the pipeline applying again after the resume")
 	load.finish(t)
 	mustDrain(t, pl)
 	mustVerify(t, pl)
@@ -273,16 +275,28 @@ func windowClusterBrokerLoss(t *testing.T) {
 	pl.startConsumer(t, "consumer", nil, "--session-timeout", "6s")
 
 	load := startOrderLoad(t, pl, 50)
-	time.Sleep(5 * time.Second)
+	waitApplying(t, pl, 100, "the pipeline applying before the broker loss")
 	victim := 1
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("broker %d SIGKILLed", victim+1)
-	time.Sleep(10 * time.Second)
+	waitApplying(t, pl, marks(t, pl, "fulfillment")+300, "the pipeline applying on the two surviving brokers")
 	load.finish(t)
 	mustDrain(t, pl)
 	mustVerify(t, pl)
+}
+
+// waitApplying waits, while a load runs, until the fulfillment consumer has
+// applied at least n events: the pipeline is flowing end to end.
+func waitApplying(t *testing.T, pl *pipeline, n int, what string) {
+	t.Helper()
+	testenv.Eventually(t, 3*time.Minute, what, func() error {
+		if m := marks(t, pl, "fulfillment"); m < n {
+			return fmt.Errorf("%d events applied, want at least %d", m, n)
+		}
+		return nil
+	})
 }
 
 func quietLogger() *slog.Logger {

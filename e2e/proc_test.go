@@ -50,12 +50,17 @@ func start(t testing.TB, name string, env []string, args ...string) *proc {
 	cmd.Env = append(os.Environ(), env...)
 	raceLog := ""
 	if raceEnabled {
-		// Race reports go to <name>.race.<pid> beside the log (the
-		// process's children, under a supervisor, write theirs there too).
-		if raceLog, err = filepath.Abs(filepath.Join(artifactsDir(t), name+".race")); err != nil {
+		// Race reports go to <dir>/race.<pid> (the process's children,
+		// under a supervisor, write theirs there too). GORACE splits its
+		// options at spaces, commas and colons, which test names hold, so
+		// the directory is a fresh one of a plain name, not the artifacts
+		// directory.
+		dir, err := os.MkdirTemp("", "eventforge-race-")
+		if err != nil {
 			t.Fatal(err)
 		}
-		removeRaceReports(t, raceLog)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		raceLog = filepath.Join(dir, "race")
 		cmd.Env = append(cmd.Env, "GORACE="+os.Getenv("GORACE")+" log_path="+raceLog)
 	}
 	cmd.Stdout, cmd.Stderr = f, f
@@ -102,19 +107,6 @@ func raceReports(t testing.TB, raceLog string) string {
 		fmt.Fprintf(&b, "--- %s\n%s", f, report)
 	}
 	return b.String()
-}
-
-// removeRaceReports deletes reports left under raceLog by an earlier run.
-func removeRaceReports(t testing.TB, raceLog string) {
-	files, err := filepath.Glob(raceLog + ".*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if err := os.Remove(f); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // stop sends SIGTERM and waits; SIGKILL after 15 s.

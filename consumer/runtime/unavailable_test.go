@@ -239,8 +239,7 @@ func TestFatalDLQProducerErrorEndsRun(t *testing.T) {
 	case runErr = <-done:
 	case <-time.After(90 * time.Second):
 		cancel()
-		<-done
-		t.Fatal("Run still running 90 s after the DLQ producer failed fatally")
+		t.Fatalf("Run still running 90 s after the DLQ producer failed fatally (after cancel it returned %v)", <-done)
 	}
 	if code := <-injected; code != kafka.ErrNoError {
 		t.Fatalf("injecting the fatal error: %v", code)

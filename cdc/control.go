@@ -41,9 +41,14 @@ func (c *control) do(ctx context.Context, f func(ctx context.Context, conn *pgx.
 	return f(ctx, c.conn)
 }
 
-// checkServer validates wal_level and the publication, and creates the slot
+// checkServer validates what the reader needs of the server before it
+// streams, so a misconfiguration stops the process at start with a message
+// saying what to fix instead of surfacing late or never: wal_level, the
+// publication (it exists, publishes inserts and includes the outbox table)
+// and an existing slot (plugin pgoutput, this database). It creates the slot
 // when it is missing and creation is allowed.
 func checkServer(ctx context.Context, ctl *control, cfg Config, logger *slog.Logger) error {
+	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
 	return ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		var walLevel string
 		if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
@@ -52,12 +57,40 @@ func checkServer(ctx context.Context, ctl *control, cfg Config, logger *slog.Log
 		if walLevel != "logical" {
 			return permanent("postgres has wal_level=%s; logical replication needs wal_level=logical (set it in postgresql.conf and restart)", walLevel)
 		}
-		var pubExists bool
-		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&pubExists); err != nil {
-			return fmt.Errorf("looking up publication: %w", err)
-		}
-		if !pubExists {
+		var inserts, hasTable bool
+		err := conn.QueryRow(ctx, `SELECT pubinsert, EXISTS (SELECT 1 FROM pg_publication_tables t
+				WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = $3)
+			FROM pg_publication p WHERE pubname = $1`, cfg.Publication, ns, table).Scan(&inserts, &hasTable)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return permanent("publication %q does not exist in this database; run `eventforge migrate`", cfg.Publication)
+		}
+		if err != nil {
+			return fmt.Errorf("looking up publication %s: %w", cfg.Publication, err)
+		}
+		if !hasTable {
+			return permanent("outbox table %s is not in publication %q, so none of its rows would be streamed; check --outbox-table and --publication, or run ALTER PUBLICATION %s ADD TABLE %s",
+				cfg.OutboxTable, cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize(), pgx.Identifier{ns, table}.Sanitize())
+		}
+		if !inserts {
+			return permanent("publication %q does not publish inserts, so no outbox row would be streamed; run ALTER PUBLICATION %s SET (publish = 'insert')",
+				cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
+		}
+		var (
+			plugin, database *string
+			db               = conn.Config().Database
+		)
+		err = conn.QueryRow(ctx, `SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&plugin, &database)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Missing: created below, or refused by readSlot.
+		case err != nil:
+			return fmt.Errorf("looking up slot %s: %w", cfg.Slot, err)
+		case plugin == nil:
+			return permanent("replication slot %q is a physical slot; the reader needs a logical slot with plugin %q (choose another --slot)", cfg.Slot, schema.OutputPlugin)
+		case *plugin != schema.OutputPlugin:
+			return permanent("replication slot %q uses plugin %q, want %q (drop it with `eventforge slot drop` or choose another --slot)", cfg.Slot, *plugin, schema.OutputPlugin)
+		case database == nil || *database != db:
+			return permanent("replication slot %q belongs to another database, not %q (choose another --slot)", cfg.Slot, db)
 		}
 		if cfg.NoCreateSlot {
 			return nil
@@ -144,29 +177,4 @@ func oldestCreatedAfter(ctx context.Context, ctl *control, table pgx.Identifier,
 		return 0, fmt.Errorf("reading the oldest unpublished outbox row: %w", err)
 	}
 	return max(age, 0), nil
-}
-
-// pruneOutbox deletes outbox rows older than retention, batch rows per
-// statement, and returns how many it deleted. Rows are deleted only after
-// the retention: decoding reads the WAL, never the table, so deleting a row
-// never loses its event; it only removes it from `outbox replay`.
-func pruneOutbox(ctx context.Context, ctl *control, table pgx.Identifier, retention time.Duration, batch int) (int64, error) {
-	var total int64
-	stmt := `DELETE FROM ` + table.Sanitize() + ` WHERE id IN (SELECT id FROM ` + table.Sanitize() +
-		` WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2)`
-	for {
-		var n int64
-		err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			tag, err := conn.Exec(ctx, stmt, retention.Seconds(), batch)
-			n = tag.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return total, fmt.Errorf("pruning outbox rows older than %s: %w", retention, err)
-		}
-		total += n
-		if n < int64(batch) || ctx.Err() != nil {
-			return total, nil
-		}
-	}
 }

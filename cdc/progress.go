@@ -59,6 +59,14 @@ func (p *progress) fold() {
 	}
 }
 
+// publishing reports whether a session streams and its producer is not
+// stalled: events waited for an acknowledgement for stall or longer.
+func (p *progress) publishing(now time.Time, stall time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tracker != nil && !p.tracker.Stalled(now, stall)
+}
+
 // snapshot returns the commit time of the oldest transaction known to be
 // unconfirmed (zero if none) and of the newest confirmed one (zero if none
 // yet).

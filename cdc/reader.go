@@ -314,26 +314,6 @@ func (r *reader) updateAge(ctx context.Context, ctl *control) error {
 	return nil
 }
 
-// prune deletes outbox rows past the retention every PruneInterval.
-func (r *reader) prune(ctx context.Context, ctl *control) {
-	t := time.NewTicker(r.cfg.PruneInterval)
-	defer t.Stop()
-	for {
-		n, err := pruneOutbox(ctx, ctl, r.table, r.cfg.OutboxRetention, r.cfg.PruneBatch)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			r.logger.Warn("pruning outbox", "err", err)
-		case n > 0:
-			r.logger.Info("outbox pruned", "rows", n, "retention", r.cfg.OutboxRetention)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // deadPeerParams make the server probe the reader's connections with TCP
 // keepalives, so that a reader lost with its host or network releases the
 // leadership lock and the slot in about 25 s instead of the kernel default

@@ -42,12 +42,15 @@ type Tracker struct {
 	// confirmedTime is the commit time of the newest confirmable
 	// transaction; zero until one was confirmed.
 	confirmedTime time.Time
+	// ackedAt is when Kafka last acknowledged an event (New's time until
+	// it first did).
+	ackedAt time.Time
 }
 
 // New returns a Tracker whose confirmable position starts at start, the
 // position streaming starts from (the slot's confirmed_flush_lsn).
 func New(start pglogrepl.LSN) *Tracker {
-	return &Tracker{confirmed: start, received: start}
+	return &Tracker{confirmed: start, received: start, ackedAt: time.Now()}
 }
 
 // Begin registers a transaction whose BEGIN was just received; commitTime is
@@ -91,6 +94,7 @@ func (t *Tracker) Ack(tx *Tx, size int) {
 	tx.acked++
 	t.inflight--
 	t.bytes -= int64(size)
+	t.ackedAt = time.Now()
 	t.advance()
 	t.mu.Unlock()
 }
@@ -193,6 +197,15 @@ func (t *Tracker) OldestPending() time.Time {
 		return time.Time{}
 	}
 	return t.queue[t.head].commitTime
+}
+
+// Stalled reports whether events await acknowledgement and Kafka
+// acknowledged none for at least d before now (counting from New when it
+// never did): the reader cannot publish.
+func (t *Tracker) Stalled(now time.Time, d time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.inflight > 0 && now.Sub(t.ackedAt) >= d
 }
 
 // ConfirmedCommitTime returns the commit time of the newest transaction that

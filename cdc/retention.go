@@ -1,0 +1,180 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// Retention never deletes an outbox row that the slot has not confirmed.
+//
+// A row's age says nothing about whether it was published: a transaction
+// can commit long after it started (created_at is its start), and while
+// Kafka is down nothing is published at all. What the reader can prove is
+// which rows committed before a WAL position, without trusting any clock:
+//
+//  1. A prune mark is taken in one statement: the xmin of the statement's
+//     snapshot X (the oldest transaction still running) and then the WAL
+//     insert position L. A transaction whose ID is below X had finished
+//     before the snapshot was taken, and PostgreSQL writes a commit record
+//     before it stops showing the transaction as running, so its commit
+//     record ends at or before L. A subtransaction's ID is above its
+//     parent's, so a row inserted in a savepoint is below X only when its
+//     top-level transaction is.
+//  2. Once the slot's confirmed_flush_lsn is at or past L, every committed
+//     transaction below X was decoded and acknowledged by Kafka (the reader
+//     confirms nothing else), so its rows are published.
+//  3. Only then are rows older than the retention deleted, and only those
+//     whose inserting transaction (xmin) is below X.
+//
+// The row's xmin is a 32-bit transaction ID; it is widened against the
+// deleting statement's own snapshot (every row it sees was inserted before
+// it). A row older than 2^32 transactions widens to a newer ID than its
+// real one, which can only keep it, never delete it early.
+
+// maxPruneMarks bounds the marks a reader keeps while the slot does not
+// confirm them; the oldest are kept, as they become prunable first.
+const maxPruneMarks = 16
+
+// pruneMark is a point before which every committed transaction is known to
+// end in the WAL: transactions with an ID below xmin committed before lsn.
+type pruneMark struct {
+	xmin int64 // 64-bit transaction ID (xid8) of the snapshot's xmin
+	lsn  pglogrepl.LSN
+}
+
+// takePruneMark reads a mark. The snapshot is taken when the statement
+// starts, the insert position while it runs, so the position is read after
+// the snapshot.
+func takePruneMark(ctx context.Context, ctl *control) (pruneMark, error) {
+	var m pruneMark
+	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text`).
+			Scan(&m.xmin, ptrLSN{&m.lsn})
+	})
+	if err != nil {
+		return pruneMark{}, fmt.Errorf("taking a prune mark: %w", err)
+	}
+	return m, nil
+}
+
+// slotConfirmedLSN reads the slot's confirmed_flush_lsn.
+func slotConfirmedLSN(ctx context.Context, ctl *control, slot string) (pglogrepl.LSN, error) {
+	var lsn pglogrepl.LSN
+	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).
+			Scan(ptrLSN{&lsn})
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("reading the confirmed position of slot %s: %w", slot, errSlotMissing)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the confirmed position of slot %s: %w", slot, err)
+	}
+	return lsn, nil
+}
+
+// pruneStatement deletes up to $2 rows older than $1 seconds whose
+// inserting transaction is below the mark's xmin $3. The row's 32-bit xmin
+// is widened against the statement's own snapshot xmax (ref): its distance
+// back from ref is (ref - xmin) mod 2^32, and it is below the mark when that
+// distance exceeds ref - $3.
+const pruneStatement = `WITH ref AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x)
+DELETE FROM %[1]s WHERE id IN (
+	SELECT o.id FROM %[1]s o, ref
+	WHERE o.created_at < now() - make_interval(secs => $1)
+	AND ((ref.x %% 4294967296) - o.xmin::text::bigint + 4294967296) %% 4294967296 > ref.x - $3
+	ORDER BY o.created_at LIMIT $2)`
+
+// pruneOutbox deletes outbox rows older than retention whose transaction
+// is below the confirmed mark, batch rows per statement, and returns how
+// many it deleted.
+func pruneOutbox(ctx context.Context, ctl *control, table pgx.Identifier, retention time.Duration, batch int, mark pruneMark) (int64, error) {
+	var total int64
+	stmt := fmt.Sprintf(pruneStatement, table.Sanitize())
+	for {
+		var n int64
+		err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			tag, err := conn.Exec(ctx, stmt, retention.Seconds(), batch, mark.xmin)
+			n = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("pruning outbox rows older than %s: %w", retention, err)
+		}
+		total += n
+		if n < int64(batch) || ctx.Err() != nil {
+			return total, nil
+		}
+	}
+}
+
+// confirmedMark returns the newest of marks at or before confirmed and the
+// marks still waiting for the slot.
+func confirmedMark(marks []pruneMark, confirmed pglogrepl.LSN) (pruneMark, bool, []pruneMark) {
+	i := -1
+	for j, m := range marks {
+		if m.lsn <= confirmed {
+			i = j
+		}
+	}
+	if i < 0 {
+		return pruneMark{}, false, marks
+	}
+	return marks[i], true, marks[i+1:]
+}
+
+// prune runs while this process leads: every PruneInterval it takes a prune
+// mark, and deletes the rows past the retention that the newest mark the
+// slot has confirmed covers. It deletes nothing while no session streams or
+// while the producer is stalled (events waited a whole prune interval for an
+// acknowledgement).
+func (r *reader) prune(ctx context.Context, ctl *control) {
+	t := time.NewTicker(r.cfg.PruneInterval)
+	defer t.Stop()
+	var marks []pruneMark
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !r.prog.publishing(time.Now(), r.cfg.PruneInterval) {
+			r.logger.Debug("outbox pruning paused: not publishing")
+			continue
+		}
+		n, err := r.pruneRound(ctx, ctl, &marks)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.logger.Warn("pruning outbox", "err", err)
+		case n > 0:
+			r.logger.Info("outbox pruned", "rows", n, "retention", r.cfg.OutboxRetention)
+		}
+	}
+}
+
+// pruneRound prunes with the newest confirmed mark and takes a new one.
+func (r *reader) pruneRound(ctx context.Context, ctl *control, marks *[]pruneMark) (int64, error) {
+	confirmed, err := slotConfirmedLSN(ctx, ctl, r.cfg.Slot)
+	if err != nil {
+		return 0, err
+	}
+	mark, ok, rest := confirmedMark(*marks, confirmed)
+	*marks = rest
+	if len(*marks) < maxPruneMarks {
+		m, err := takePruneMark(ctx, ctl)
+		if err != nil {
+			return 0, err
+		}
+		*marks = append(*marks, m)
+	}
+	if !ok {
+		r.logger.Debug("outbox pruning waits for the slot", "lsn", confirmed.String())
+		return 0, nil
+	}
+	return pruneOutbox(ctx, ctl, r.table, r.cfg.OutboxRetention, r.cfg.PruneBatch, mark)
+}

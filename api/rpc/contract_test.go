@@ -286,9 +286,15 @@ func TestListOrdersPaging(t *testing.T) {
 func TestPageTokenRoundTrip(t *testing.T) {
 	in := pageToken{CreatedAt: time.Date(2026, 11, 30, 5, 1, 2, 345678000, time.UTC), ID: uuid.Must(uuid.NewV7()), Filter: filterDigest("c", 2)}
 	tokens := pageTokens{key: randomKey()}
-	out, err := tokens.decode(tokens.encode(in))
+	tok := tokens.encode(in)
+	out, err := tokens.decode(tok)
 	if err != nil || !out.CreatedAt.Equal(in.CreatedAt) || out.ID != in.ID || out.Filter != in.Filter {
 		t.Fatalf("round trip: %+v, %v; want %+v", out, err, in)
+	}
+	// The form orders.proto declares (and /openapi.json publishes) is the
+	// form the server issues.
+	if v, err := checkRules(&eventforgev1.ListOrdersRequest{PageToken: tok}); err != nil || len(v) > 0 {
+		t.Fatalf("token %q breaks the page_token rule: %v %v", tok, v, err)
 	}
 	if filterDigest("ab", 0) == filterDigest("a", 0) || filterDigest("c", 1) == filterDigest("c", 2) {
 		t.Fatal("filter digests collide")

@@ -10,6 +10,7 @@ import (
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -26,6 +27,13 @@ import (
 // currency gets the enum of Currencies(). request_id is described as the
 // Idempotency-Key header only, the form REST clients use. A rule without an
 // OpenAPI form is an error, so the document can never miss one.
+//
+// The document also says where the proto3 JSON mapping the gateway speaks
+// is more lenient than the generated schema: an enum query parameter lists
+// the numbers of its values beside their names (the gateway takes either);
+// a body property that may be left unset is x-nullable, since JSON null
+// means "unset" and its unset value passes the rules; and a body with no
+// required property is optional (an empty body is an empty message).
 func OpenAPI() ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(eventforgev1.OpenAPI, &doc); err != nil {
@@ -120,9 +128,21 @@ func (e *enricher) operation1(op map[string]any, input protoreflect.MessageDescr
 			if err := e.message(schema, input); err != nil {
 				return err
 			}
+			// An absent body is an empty message, so it is refused only
+			// when the message has a required field.
+			req, _ := e.resolve(schema)["required"].([]any)
+			param["required"] = len(req) > 0
 		}
 	}
 	return nil
+}
+
+// resolve returns the object schema schema refers to ($ref), or schema.
+func (e *enricher) resolve(schema map[string]any) map[string]any {
+	if ref, ok := schema["$ref"].(string); ok {
+		return asMap(e.defs[strings.TrimPrefix(ref, "#/definitions/")])
+	}
+	return schema
 }
 
 // message adds the rules of md's fields to schema, an object schema or a
@@ -141,6 +161,16 @@ func (e *enricher) message(schema map[string]any, md protoreflect.MessageDescrip
 	}
 	// The gateway refuses unknown JSON fields (RESTMarshaler).
 	schema["additionalProperties"] = false
+	// The fields whose unset value breaks a rule: JSON null (unset) is
+	// refused for them, accepted for the others.
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+	if err != nil {
+		return fmt.Errorf("finding the Go type of %s: %w", md.FullName(), err)
+	}
+	unset, err := checkRules(mt.New().Interface())
+	if err != nil {
+		return err
+	}
 	props := asMap(schema["properties"])
 	for name, p := range props {
 		fd := md.Fields().ByName(protoreflect.Name(name))
@@ -159,6 +189,8 @@ func (e *enricher) message(schema map[string]any, md protoreflect.MessageDescrip
 		if required {
 			req, _ := schema["required"].([]any)
 			schema["required"] = append(req, name)
+		} else if !fieldViolated(unset, name) {
+			prop["x-nullable"] = true
 		}
 		if fd.Kind() == protoreflect.MessageKind && !fd.IsMap() {
 			target := prop
@@ -282,14 +314,25 @@ func intRules(schema map[string]any, m protoreflect.Message, jsonString bool) (e
 	return err
 }
 
+// enumRules lists the defined values of an enum parameter: their names,
+// then their numbers, since the gateway reads a query parameter as either
+// ("ORDER_STATUS_CREATED" or "1"). In a JSON body the number would be a
+// JSON number, which a string schema cannot describe: no request body holds
+// an enum, and one there is an error until it has a form.
 func enumRules(schema map[string]any, fd protoreflect.FieldDescriptor, m protoreflect.Message) (err error) {
+	if _, param := schema["in"].(string); !param {
+		return fmt.Errorf("%s: an enum in a request body has no OpenAPI form (JSON takes its name or number)", fd.FullName())
+	}
 	m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch f.Name() {
 		case "defined_only":
 			values := fd.Enum().Values()
-			enum := make([]any, values.Len())
+			enum := make([]any, 0, 2*values.Len())
 			for i := range values.Len() {
-				enum[i] = string(values.Get(i).Name())
+				enum = append(enum, string(values.Get(i).Name()))
+			}
+			for i := range values.Len() {
+				enum = append(enum, strconv.Itoa(int(values.Get(i).Number())))
 			}
 			schema["enum"] = enum
 		default:

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
@@ -167,11 +168,16 @@ func TestOpenAPICarriesEveryRule(t *testing.T) {
 			case "int32.lte", "int64.lte":
 				want("maximum", v.Int())
 			case "enum.defined_only":
-				var names []any
-				for j := range path[len(path)-1].Enum().Values().Len() {
-					names = append(names, string(path[len(path)-1].Enum().Values().Get(j).Name()))
+				// Names, then numbers: the gateway reads either.
+				values := path[len(path)-1].Enum().Values()
+				var enum []any
+				for j := range values.Len() {
+					enum = append(enum, string(values.Get(j).Name()))
 				}
-				want("enum", names)
+				for j := range values.Len() {
+					enum = append(enum, strconv.Itoa(int(values.Get(j).Number())))
+				}
+				want("enum", enum)
 			case "repeated.min_items":
 				want("minItems", v.Uint())
 			case "repeated.max_items":
@@ -264,5 +270,105 @@ func TestRangePattern(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestOpenAPINullMatchesServer: a body property is x-nullable exactly when
+// the server accepts JSON null for it (proto3 JSON reads null as unset),
+// checked by decoding each null with the gateway's own marshaler and
+// validating the result; a body is required exactly when an empty one is
+// refused.
+func TestOpenAPINullMatchesServer(t *testing.T) {
+	raw, err := OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	defs := asMap(doc["definitions"])
+	props := func(def string) map[string]any { return asMap(asMap(defs[def])["properties"]) }
+	nullable := func(def, prop string) bool { return asMap(props(def)[prop])["x-nullable"] == true }
+
+	accepts := func(t *testing.T, body string, msg proto.Message, check func() int) bool {
+		t.Helper()
+		if err := RESTMarshaler().NewDecoder(strings.NewReader(body)).Decode(msg); err != nil {
+			return false
+		}
+		return check() == 0
+	}
+	create := func(body string) (proto.Message, func() int) {
+		req := &eventforgev1.CreateOrderRequest{}
+		return req, func() int {
+			_, v, err := validateCreate(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(v)
+		}
+	}
+	cases := []struct {
+		def, prop, body string
+		decode          func(string) (proto.Message, func() int)
+	}{
+		{"v1CreateOrderRequest", "customer_id", `{"customer_id":null,"currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, create},
+		{"v1CreateOrderRequest", "currency", `{"customer_id":"c","currency":null,"items":[{"sku":"S","quantity":1,"unit_price_cents":"1"}]}`, create},
+		{"v1CreateOrderRequest", "items", `{"customer_id":"c","currency":"EUR","items":null}`, create},
+		{"v1OrderItem", "sku", `{"customer_id":"c","currency":"EUR","items":[{"sku":null,"quantity":1,"unit_price_cents":"1"}]}`, create},
+		{"v1OrderItem", "quantity", `{"customer_id":"c","currency":"EUR","items":[{"sku":"S","quantity":null,"unit_price_cents":"1"}]}`, create},
+		{"v1OrderItem", "unit_price_cents", `{"customer_id":"c","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":null}]}`, create},
+		{"OrderServiceCancelOrderBody", "reason", `{"reason":null}`, func(string) (proto.Message, func() int) {
+			req := &eventforgev1.CancelOrderRequest{}
+			return req, func() int {
+				req.OrderId = "0190a6f0-0000-7000-8000-000000000001" // from the path, after the body
+				v, err := checkRules(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(v)
+			}
+		}},
+	}
+	covered := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.def+"."+tc.prop, func(t *testing.T) {
+			covered[tc.def+"."+tc.prop] = true
+			msg, check := tc.decode(tc.body)
+			if got, want := nullable(tc.def, tc.prop), accepts(t, tc.body, msg, check); got != want {
+				t.Fatalf("x-nullable is %v, but the server accepts null: %v", got, want)
+			}
+		})
+	}
+	for _, def := range []string{"v1CreateOrderRequest", "v1OrderItem", "OrderServiceCancelOrderBody"} {
+		for prop := range props(def) {
+			if !covered[def+"."+prop] {
+				t.Errorf("%s.%s: no case checks its null", def, prop)
+			}
+		}
+	}
+
+	bodyRequired := func(opID string) bool {
+		for _, p := range asMap(doc["paths"]) {
+			for _, o := range asMap(p) {
+				if asMap(o)["operationId"] != opID {
+					continue
+				}
+				params, _ := asMap(o)["parameters"].([]any)
+				for _, param := range params {
+					if asMap(param)["in"] == "body" {
+						return asMap(param)["required"] == true
+					}
+				}
+			}
+		}
+		t.Fatalf("%s has no body", opID)
+		return false
+	}
+	if !bodyRequired("OrderService_CreateOrder") {
+		t.Error("CreateOrder: body not required, but an empty create is refused")
+	}
+	if bodyRequired("OrderService_CancelOrder") {
+		t.Error("CancelOrder: body required, but a cancel without a body is accepted")
 	}
 }

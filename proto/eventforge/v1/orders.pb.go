@@ -513,9 +513,11 @@ type ListOrdersRequest struct {
 	// above 200 are treated as 200; negative values are refused.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page, or empty for the first page.
-	// It must be sent with the same customer_id and status as that page. The
-	// token is signed by the server (HMAC-SHA256): a token it did not issue is
-	// refused with INVALID_ARGUMENT.
+	// It must be sent with the same customer_id and status as that page. A
+	// token is 66 base64url characters (49 bytes: format version, position,
+	// filter digest, HMAC-SHA256 signature). Only the server can sign one: a
+	// token of that form that it did not issue is refused with
+	// INVALID_ARGUMENT, so a client sends only tokens it was given.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -786,14 +788,14 @@ const file_eventforge_v1_orders_proto_rawDesc = "" +
 	"\x0fGetOrderRequest\x12#\n" +
 	"\border_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aorderId\">\n" +
 	"\x10GetOrderResponse\x12*\n" +
-	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\"\xf7\x01\n" +
+	"\x05order\x18\x01 \x01(\v2\x14.eventforge.v1.OrderR\x05order\"\xfa\x01\n" +
 	"\x11ListOrdersRequest\x12C\n" +
 	"\vcustomer_id\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18\x80\x012\x18^[^\\x00-\\x1F\\x7F-\\x9F]*$R\n" +
 	"customerId\x12<\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.eventforge.v1.OrderStatusB\b\xbaH\x05\x82\x01\x02\x10\x01R\x06status\x12$\n" +
-	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x129\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12<\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\x1a\xbaH\x17r\x15\x18\x80\x012\x10^[A-Za-z0-9_-]*$R\tpageToken\"j\n" +
+	"page_token\x18\x04 \x01(\tB\x1d\xbaH\x1ar\x182\x16^([A-Za-z0-9_-]{66})?$R\tpageToken\"j\n" +
 	"\x12ListOrdersResponse\x12,\n" +
 	"\x06orders\x18\x01 \x03(\v2\x14.eventforge.v1.OrderR\x06orders\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"u\n" +

@@ -184,6 +184,9 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 
 	grpcServer := grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		// Requests decode in their handlers (rpc.ServiceDesc), so one that
+		// does not decode is INVALID_ARGUMENT, not grpc-go's INTERNAL.
+		grpc.ForceServerCodecV2(rpc.Codec()),
 		grpc.Creds(tlsconf.ServerCredentials(serverTLS)),
 		tracing.GRPCServerOption(),
 		grpc.ChainUnaryInterceptor(logRequests(logger), capDeadline(cfg.RequestTimeout)),
@@ -195,7 +198,8 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		logger.Warn("no page-token-key: ListOrders page tokens are signed with a random key of this process; " +
 			"they fail after a restart and on other replicas; set the same EVENTFORGE_PAGE_TOKEN_KEY on every replica")
 	}
-	eventforgev1.RegisterOrderServiceServer(grpcServer, rpc.New(st, logger, rpcOpts...))
+	orderService := rpc.ServiceDesc(eventforgev1.OrderService_ServiceDesc)
+	grpcServer.RegisterService(&orderService, rpc.New(st, logger, rpcOpts...))
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	reflection.Register(grpcServer)

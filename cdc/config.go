@@ -10,6 +10,7 @@ package cdc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +69,24 @@ type Config struct {
 	PruneInterval time.Duration `name:"outbox-prune-interval" help:"How often to prune the outbox." default:"5m"`
 	// PruneBatch is the number of rows deleted per prune statement.
 	PruneBatch int `name:"outbox-prune-batch" help:"Outbox rows deleted per statement when pruning." default:"1000"`
+	// ProducerSettings are librdkafka properties for the reader's producer
+	// (e.g. request.timeout.ms, socket.timeout.ms), applied after the
+	// reader's own; the properties the delivery contract rests on
+	// (ProtectedProducerSettings) are refused.
+	ProducerSettings map[string]string `name:"kafka-producer-setting" help:"librdkafka property key=value for the reader's producer (repeatable); the delivery, ordering and queue settings cannot be changed."`
+}
+
+// ProtectedProducerSettings are the librdkafka properties of the reader's
+// producer that --kafka-producer-setting may not change: idempotence and
+// acks (no loss, no duplicate within a session), the infinite message
+// timeout (no gap in a partition's sequence, see docs/cdc.md), retries and
+// in-flight requests (ordering), the queue sizes derived from the in-flight
+// bounds, the connection and the Go channels.
+var ProtectedProducerSettings = []string{
+	"enable.idempotence", "acks", "request.required.acks", "message.timeout.ms", "delivery.timeout.ms",
+	"retries", "message.send.max.retries", "max.in.flight", "max.in.flight.requests.per.connection",
+	"enable.gapless.guarantee", "transactional.id", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+	"bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",
 }
 
 // DefaultConfig returns the configuration the flags default to.
@@ -120,6 +139,12 @@ func (c Config) Validate() error {
 	}
 	if c.OutboxRetention > 0 && (c.PruneInterval <= 0 || c.PruneBatch < 1) {
 		errs = append(errs, errors.New("outbox-prune-interval and outbox-prune-batch must be positive when outbox-retention is set"))
+	}
+	for k := range c.ProducerSettings {
+		if slices.Contains(ProtectedProducerSettings, k) || strings.HasPrefix(k, "go.") ||
+			strings.HasPrefix(k, "ssl.") || strings.HasPrefix(k, "sasl.") {
+			errs = append(errs, fmt.Errorf("kafka-producer-setting %s: the reader sets it itself and it cannot be changed", k))
+		}
 	}
 	return errors.Join(errs...)
 }

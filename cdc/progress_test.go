@@ -177,6 +177,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "negative retention", mutate: func(c *Config) { c.OutboxRetention = -time.Hour }, wantErr: true},
 		{name: "retention off ignores prune batch", mutate: func(c *Config) { c.OutboxRetention = 0; c.PruneBatch = 0 }},
 		{name: "bad outbox table", mutate: func(c *Config) { c.OutboxTable = "outbox" }, wantErr: true},
+		{name: "producer request timeout", mutate: func(c *Config) { c.ProducerSettings = map[string]string{"request.timeout.ms": "2000"} }},
+		{name: "producer message timeout", mutate: func(c *Config) { c.ProducerSettings = map[string]string{"message.timeout.ms": "5000"} }, wantErr: true},
+		{name: "producer idempotence", mutate: func(c *Config) { c.ProducerSettings = map[string]string{"enable.idempotence": "false"} }, wantErr: true},
+		{name: "producer go channel", mutate: func(c *Config) { c.ProducerSettings = map[string]string{"go.events.channel.size": "1"} }, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

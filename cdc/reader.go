@@ -443,7 +443,7 @@ func (r *reader) runSession(ctx context.Context, ctl *control) error {
 		Bootstrap: r.cfg.KafkaBrokers,
 		ClientID:  "eventforge-cdc",
 		Router:    publish.Router{Topics: r.cfg.Topics, Fallback: r.cfg.TopicFallback},
-		Extra:     producerLimits(r.cfg),
+		Extra:     producerSettings(r.cfg),
 	}, r.logger, s.onDelivery)
 	if err != nil {
 		return err
@@ -453,16 +453,36 @@ func (r *reader) runSession(ctx context.Context, ctl *control) error {
 	return s.run(ctx, info.confirmed)
 }
 
-// producerLimits sizes librdkafka's local queue above the reader's own
-// in-flight bounds, so the bounds, not the queue, pause the reader.
-func producerLimits(cfg Config) kafka.ConfigMap {
+// producerSettings are the reader's librdkafka settings beyond the
+// publisher's own (idempotence, acks=all).
+//
+// message.timeout.ms is 0, infinite: a record is retried until Kafka
+// acknowledges it or the session ends. librdkafka documents that an
+// idempotent producer whose records time out leaves a gap in the
+// partition's sequence: it fails the timed-out records, bumps its epoch and
+// goes on with the later ones, so a later event of an order could reach
+// Kafka before an earlier one that the next session republishes (Cancelled,
+// Created, Cancelled). Without a timeout a Kafka outage only pauses the
+// reader (the in-flight bounds fill and it stops reading); shutdown and lost
+// leadership still end the session, whose flush is bounded by FlushTimeout
+// and whose unacknowledged records are purged, never confirmed.
+//
+// librdkafka's local queue is sized above the reader's own in-flight bounds,
+// so the bounds, not the queue, pause the reader. ProducerSettings come
+// last; Validate refused the ones that would break the above.
+func producerSettings(cfg Config) kafka.ConfigMap {
 	kbytes := cfg.MaxInflightBytes*2/1024 + 1024
-	return kafka.ConfigMap{
+	cm := kafka.ConfigMap{
+		"message.timeout.ms":           0,
 		"queue.buffering.max.messages": cfg.MaxInflightEvents + 1000,
 		"queue.buffering.max.kbytes":   int(min(kbytes, 2097151)),
 		"go.events.channel.size":       min(cfg.MaxInflightEvents+1000, 100000),
 		"go.produce.channel.size":      1000,
 	}
+	for k, v := range cfg.ProducerSettings {
+		cm[k] = v
+	}
+	return cm
 }
 
 // producer is what a session needs from the Kafka publisher

@@ -119,12 +119,26 @@ func (p *Publisher) Publish(ctx context.Context, ev *decode.Event, opaque any) e
 }
 
 // Close waits up to timeout for queued records to be delivered (their
-// outcomes still reach the DeliveryFunc), then closes the producer and
-// returns how many records were left undelivered.
+// outcomes still reach the DeliveryFunc), purges what is left — queued and
+// in flight, so a producer whose records never time out still closes while
+// Kafka is unreachable — then closes the producer and returns how many
+// records were left undelivered. A purged record is reported as failed; it
+// may still have reached the broker (a duplicate, never a loss).
 func (p *Publisher) Close(timeout time.Duration) int {
 	left := p.producer.Flush(int(timeout / time.Millisecond))
+	if left > 0 {
+		if err := p.producer.Purge(kafka.PurgeQueue | kafka.PurgeInFlight | kafka.PurgeNonBlocking); err != nil {
+			p.logger.Warn("purging undelivered records", "err", err)
+		}
+		// Serve the purged records' delivery reports.
+		p.producer.Flush(int(purgeReportWait / time.Millisecond))
+	}
 	p.producer.Close()
 	<-p.done
 	close(p.logs)
 	return left
 }
+
+// purgeReportWait bounds how long Close serves the delivery reports of
+// purged records.
+const purgeReportWait = time.Second

@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/internal/testenv"
+	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
+	"github.com/eventforge/eventforge/schema"
+)
+
+// outageProducerFlags shorten the reader's producer request timeouts, so
+// that a Kafka outage of seconds outlasts every timeout the producer has
+// many times over (its message timeout is infinite and cannot be changed).
+var outageProducerFlags = []string{
+	"--kafka-producer-setting", "request.timeout.ms=2000",
+	"--kafka-producer-setting", "socket.timeout.ms=2000",
+}
+
+// createCancelLoad creates orders and cancels each right after its create,
+// from several workers, until stopped: two events per order, whose commit
+// order is Created then Cancelled. Failed requests are counted.
+type createCancelLoad struct {
+	stop        context.CancelFunc
+	done        sync.WaitGroup
+	pairs, errs atomic.Int64
+}
+
+func startCreateCancelLoad(t *testing.T, pl *pipeline, workers int, pause time.Duration) *createCancelLoad {
+	client := grpcClient(t, pl.grpcAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &createCancelLoad{stop: cancel}
+	for range workers {
+		l.done.Go(func() {
+			for ctx.Err() == nil {
+				// Not cancelled by stop: finish returns after the last
+				// request's commit, so the outbox read then holds it.
+				rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+				resp, err := client.CreateOrder(rctx, &eventforgev1.CreateOrderRequest{CustomerId: "outage", Currency: "EUR",
+					Items: []*eventforgev1.OrderItem{{Sku: "SKU-1", Quantity: 1, UnitPriceCents: 100}}})
+				if err == nil {
+					_, err = client.CancelOrder(rctx, &eventforgev1.CancelOrderRequest{OrderId: resp.GetOrder().GetOrderId(), Reason: "outage drill"})
+				}
+				rcancel()
+				if err != nil {
+					l.errs.Add(1)
+				} else {
+					l.pairs.Add(1)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(pause):
+				}
+			}
+		})
+	}
+	return l
+}
+
+func (l *createCancelLoad) finish(t *testing.T) {
+	l.stop()
+	l.done.Wait()
+	t.Logf("load: %d orders created and cancelled, %d requests failed", l.pairs.Load(), l.errs.Load())
+	if l.pairs.Load() == 0 {
+		t.Fatal("the load created no order")
+	}
+}
+
+// storedInCommitOrder reads every outbox row with its rank among the rows of
+// its order by commit order (created_at, then the time-ordered event ID).
+func storedInCommitOrder(t testing.TB, env *testenv.Env) []storedEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rows, _ := env.Pool.Query(ctx, `SELECT id::text, aggregateid,
+		(row_number() OVER (PARTITION BY aggregateid ORDER BY created_at, id) - 1)::int FROM outbox`)
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) {
+		var e storedEvent
+		err := r.Scan(&e.id, &e.order, &e.seq)
+		return e, err
+	})
+	if err != nil {
+		t.Fatalf("reading outbox: %v", err)
+	}
+	return evs
+}
+
+// windowKafkaOutageOrdering: orders are created and cancelled (two events of
+// one order, one right after the other) while the only broker is frozen with
+// SIGSTOP for 20 s — ten times the producer's shortened request timeouts.
+// No record times out into a gap: every event reaches Kafka, and each
+// order's first deliveries are in commit order (Created before Cancelled)
+// in one partition; verify passes.
+func windowKafkaOutageOrdering(t *testing.T) {
+	c := startPrivateKafka(t, 1)
+	pl := newPipelineOn(t, testenv.NewOnCluster(t, c))
+	pl.startAPI(t)
+	pl.startCDC(t, "cdc", nil, outageProducerFlags...)
+	pl.startConsumer(t, "consumer", nil, "--session-timeout", "6s")
+
+	load := startCreateCancelLoad(t, pl, 4, 100*time.Millisecond)
+	waitApplying(t, pl, 100, "the pipeline applying before the outage")
+	if err := c.Pause(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("broker paused (SIGSTOP)")
+	before := load.pairs.Load()
+	// The length of the fault, not a wait for the system: orders keep
+	// being created and cancelled while the broker answers nothing.
+	time.Sleep(20 * time.Second)
+	if err := c.Resume(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("broker resumed (SIGCONT); %d orders created and cancelled during the outage", load.pairs.Load()-before)
+	waitApplying(t, pl, marks(t, pl, "fulfillment")+100, "the pipeline applying again after the resume")
+	load.finish(t)
+
+	stored := storedInCommitOrder(t, pl.env)
+	ids := make([]string, len(stored))
+	for i, e := range stored {
+		ids[i] = e.id
+	}
+	waitEventsInKafka(t, pl.env, ids, 3*time.Minute)
+	recs, err := testenv.ReadTopic(pl.env.Endpoints.KafkaBootstrap, pl.env.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := checkDelivery(stored, recs)
+	for _, f := range check.Failures {
+		t.Error(f)
+	}
+	t.Logf("delivery: %d events, %d records, %d duplicates; every order's first deliveries in commit order", check.Events, check.Records, check.Duplicates)
+	mustVerify(t, pl)
+}
+
+// TestCDCShutdownWhileKafkaDown: with the broker frozen and events waiting
+// for its acknowledgement (records that never time out), SIGTERM still ends
+// the reader cleanly: the flush gives up after --flush-timeout, nothing
+// unacknowledged is confirmed, and a new reader publishes everything once
+// the broker is back.
+func TestCDCShutdownWhileKafkaDown(t *testing.T) {
+	c := startPrivateKafka(t, 1)
+	env := testenv.NewOnCluster(t, c)
+	ctx := context.Background()
+	args := append([]string{"--flush-timeout", "2s"}, outageProducerFlags...)
+	reader, metrics := cdcReader(t, env, "cdc", nil, args...)
+	first := insertEvents(ctx, t, env.Pool, 10, 5)
+	waitEventsInKafka(t, env, first, time.Minute)
+
+	if err := c.Pause(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("broker paused (SIGSTOP)")
+	stalled := insertEvents(ctx, t, env.Pool, 10, 5)
+	waitMetric(t, metrics, "eventforge_cdc_inflight_events", time.Minute, "events waiting for the frozen broker", func(v float64) bool { return v >= 10 })
+	if err := reader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.waitExit(2 * time.Minute); err != nil {
+		t.Fatalf("reader after SIGTERM with the broker frozen: %v, want a clean exit", err)
+	}
+	// Nothing unacknowledged was confirmed: the slot still holds every
+	// stalled insert past its confirmed position.
+	var pending int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+		'proto_version', '1', 'publication_names', $2) WHERE get_byte(data, 0) = 73`, env.Slot, schema.Publication).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending != len(stalled) {
+		t.Fatalf("after the shutdown the slot holds %d unconfirmed outbox inserts, want the %d stalled ones", pending, len(stalled))
+	}
+
+	if err := c.Resume(0); err != nil {
+		t.Fatal(err)
+	}
+	cdcReader(t, env, "cdc-after", nil)
+	waitEventsInKafka(t, env, append(first, stalled...), 2*time.Minute)
+}
+
+// TestCDCPostgresFastShutdownWhileKafkaDown: the reader is attached with
+// events it cannot publish (the broker is stopped), and PostgreSQL is shut
+// down with a fast shutdown. The walsender would wait for a confirmation
+// that cannot come; the reader, losing its control connection to the
+// shutdown, gives up its flush after --flush-timeout and closes the
+// replication connection, so the server stops (StopPostgres fails the test
+// if it has not within two minutes). After both services are back the same
+// reader publishes everything.
+func TestCDCPostgresFastShutdownWhileKafkaDown(t *testing.T) {
+	stack := testenv.NewPrivate(t)
+	env := stack.Env(t)
+	ctx := context.Background()
+	reader, metrics := cdcReader(t, env, "cdc", nil, "--flush-timeout", "2s", "--max-backoff", "2s")
+	first := insertEvents(ctx, t, env.Pool, 10, 5)
+	waitEventsInKafka(t, env, first, time.Minute)
+
+	stack.StopKafka(t)
+	t.Log("broker stopped")
+	stalled := insertEvents(ctx, t, env.Pool, 10, 5)
+	waitMetric(t, metrics, "eventforge_cdc_inflight_events", time.Minute, "events waiting for the stopped broker", func(v float64) bool { return v >= 10 })
+	stack.StopPostgres(t, false)
+	t.Log("postgres stopped by a fast shutdown with the reader attached")
+	if n := logCount(t, reader.log, "replication stopped"); n == 0 {
+		t.Error("the reader did not end its session before the server stopped")
+	}
+
+	stack.Start(t)
+	waitEventsInKafka(t, env, append(first, stalled...), 3*time.Minute)
+}

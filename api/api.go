@@ -214,6 +214,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	defer conn.Close()
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, rpc.RESTMarshaler()),
+		runtime.SetQueryParameterParser(rpc.QueryParser()),
 		runtime.WithIncomingHeaderMatcher(forwardHeader),
 	)
 	if err := eventforgev1.RegisterOrderServiceHandler(ctx, gw, conn); err != nil {
@@ -235,7 +236,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", tracing.HTTPHandler(routes.allowMethods(limitBody(gw, MaxRequestBytes, logger)), "rest"))
+	mux.Handle("/v1/", tracing.HTTPHandler(routes.allowMethods(routes.requireUTF8(limitBody(gw, MaxRequestBytes, logger))), "rest"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))

@@ -180,3 +180,68 @@ func TestControlCharactersRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRESTFormsOfTheDocument: the REST routes take what /openapi.json
+// declares, including where proto3 JSON is lenient (enum numbers, null for
+// an unset field, a cancel without a body), and refuse the other spellings
+// proto3 JSON would take (a 64-bit integer as a JSON number, "+5", "01").
+func TestRESTFormsOfTheDocument(t *testing.T) {
+	s := startServer(t, testenv.New(t), nil)
+	item := func(price string) string {
+		return `{"customer_id":"c","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price_cents":` + price + `}]}`
+	}
+	created := s.do(t, http.MethodPost, "/v1/orders", []byte(item(`null`)), nil)
+	if created.Status != http.StatusOK {
+		t.Fatalf("create with a null price: %d %s", created.Status, created.Raw)
+	}
+	orderID := created.Body["order"].(map[string]any)["order_id"].(string)
+	tests := []struct {
+		name, method, path, body string
+		want                     int
+	}{
+		{"status by name", "GET", "/v1/orders?status=ORDER_STATUS_CREATED", "", http.StatusOK},
+		{"status by number", "GET", "/v1/orders?status=1", "", http.StatusOK},
+		{"status with a leading zero", "GET", "/v1/orders?status=01", "", http.StatusBadRequest},
+		{"status with a sign", "GET", "/v1/orders?status=%2B1", "", http.StatusBadRequest},
+		{"status undefined", "GET", "/v1/orders?status=7", "", http.StatusBadRequest},
+		{"page_size", "GET", "/v1/orders?page_size=5", "", http.StatusOK},
+		{"page_size with a sign", "GET", "/v1/orders?page_size=%2B5", "", http.StatusBadRequest},
+		{"page_size with a leading zero", "GET", "/v1/orders?page_size=05", "", http.StatusBadRequest},
+		{"empty page_token", "GET", "/v1/orders?page_token=", "", http.StatusOK},
+		{"price as a JSON number", "POST", "/v1/orders", item(`5`), http.StatusBadRequest},
+		{"price with an exponent", "POST", "/v1/orders", item(`"1e3"`), http.StatusBadRequest},
+		{"camelCase field", "POST", "/v1/orders", `{"customerId":"c","currency":"EUR","items":[{"sku":"S","quantity":1}]}`, http.StatusBadRequest},
+		{"cancel with order_id in the body", "POST", "/v1/orders/" + orderID + ":cancel", `{"order_id":"` + orderID + `"}`, http.StatusBadRequest},
+		{"cancel with a null reason", "POST", "/v1/orders/" + orderID + ":cancel", `{"reason":null}`, http.StatusOK},
+		{"cancel without a body", "POST", "/v1/orders/" + orderID + ":cancel", "", http.StatusOK},
+		{"cancel with white space for a body", "POST", "/v1/orders/" + orderID + ":cancel", " \t", http.StatusBadRequest},
+		{"body not UTF-8", "POST", "/v1/orders", "\xc3\x28", http.StatusBadRequest},
+		{"query value not UTF-8", "GET", "/v1/orders?customer_id=%FF", "", http.StatusBadRequest},
+		{"path not UTF-8", "GET", "/v1/orders/%FF", "", http.StatusBadRequest},
+		{"cancel path not UTF-8", "POST", "/v1/orders/%FF:cancel", "{}", http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body []byte
+			if tt.body != "" {
+				body = []byte(tt.body)
+			}
+			r := s.do(t, tt.method, tt.path, body, nil)
+			if r.Status != tt.want {
+				t.Fatalf("status %d, want %d: %s", r.Status, tt.want, r.Raw)
+			}
+			if strings.Contains(tt.name, "not UTF-8") && strings.Contains(tt.path, "%FF") {
+				want := "customer_id"
+				if !strings.Contains(tt.path, "?") {
+					want = "order_id"
+				}
+				if fields := restFields(r.Body); len(fields) != 1 || fields[0] != want {
+					t.Fatalf("violations %v, want [%s]: %s", fields, want, r.Raw)
+				}
+			}
+		})
+	}
+	if c := counts(t, s.env); c.Orders != 1 || c.Outbox != 2 {
+		t.Fatalf("rows %+v, want the one order, its create and one cancel", c)
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -116,4 +119,62 @@ func (rs routes) allowMethods(next http.Handler) http.Handler {
 		writeStatus(w, http.StatusMethodNotAllowed,
 			status.New(codes.Unimplemented, fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allow)))
 	})
+}
+
+// requireUTF8 answers a request whose path or query, unescaped, is not
+// UTF-8 with 400 and a BadRequest naming the parameter: a gRPC string
+// cannot hold it, so the gateway would fail to encode the call (a 500).
+func (rs routes) requireUTF8(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		field := rs.notUTF8(r.URL.Path)
+		if field == "" {
+			field = queryNotUTF8(r.URL.RawQuery)
+		}
+		if field == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		st := status.New(codes.InvalidArgument, "invalid request: "+field+" is not UTF-8")
+		if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: field, Description: "is not UTF-8"},
+		}}); err == nil {
+			st = d
+		}
+		writeStatus(w, http.StatusBadRequest, st)
+	})
+}
+
+// notUTF8 returns the name of the path parameter whose segment of path is
+// not UTF-8 ("path" when no route names it), or "" when path is UTF-8.
+func (rs routes) notUTF8(path string) string {
+	if utf8.ValidString(path) {
+		return ""
+	}
+	field := "path"
+	segments := strings.Split(strings.Trim(path, "/"), "/")
+	for _, rt := range rs {
+		if !rt.match(segments) {
+			continue
+		}
+		for i, seg := range segments {
+			if tmpl := rt.segments[i]; !utf8.ValidString(seg) && strings.HasPrefix(tmpl, "{") {
+				field = tmpl[1:strings.IndexByte(tmpl, '}')]
+			}
+		}
+	}
+	return field
+}
+
+// queryNotUTF8 returns the name of a query parameter whose name or value
+// is not UTF-8 (made UTF-8 to be reported), or "".
+func queryNotUTF8(rawQuery string) string {
+	values, _ := url.ParseQuery(rawQuery) // what does not parse, the gateway refuses
+	for key, vals := range values {
+		for _, v := range vals {
+			if !utf8.ValidString(key) || !utf8.ValidString(v) {
+				return strings.ToValidUTF8(key, "\uFFFD")
+			}
+		}
+	}
+	return ""
 }

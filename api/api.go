@@ -184,12 +184,14 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 
 	grpcServer := grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
-		// Requests decode in their handlers (rpc.ServiceDesc), so one that
-		// does not decode is INVALID_ARGUMENT, not grpc-go's INTERNAL.
+		// Requests decode in their handlers (rpc.ServiceDesc) and streams
+		// (rpc.StreamDecoding), so one that does not decode is
+		// INVALID_ARGUMENT, not grpc-go's INTERNAL.
 		grpc.ForceServerCodecV2(rpc.Codec()),
 		grpc.Creds(tlsconf.ServerCredentials(serverTLS)),
 		tracing.GRPCServerOption(),
 		grpc.ChainUnaryInterceptor(logRequests(logger), capDeadline(cfg.RequestTimeout)),
+		grpc.ChainStreamInterceptor(rpc.StreamDecoding()),
 	)
 	var rpcOpts []rpc.Option
 	if cfg.PageTokenKey != "" {
@@ -201,7 +203,8 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	orderService := rpc.ServiceDesc(eventforgev1.OrderService_ServiceDesc)
 	grpcServer.RegisterService(&orderService, rpc.New(st, logger, rpcOpts...))
 	healthServer := health.NewServer()
-	healthpb.RegisterHealthServer(grpcServer, healthServer)
+	healthService := rpc.ServiceDesc(healthpb.Health_ServiceDesc)
+	grpcServer.RegisterService(&healthService, healthServer)
 	reflection.Register(grpcServer)
 	updateHealth(ctx, st, healthServer)
 

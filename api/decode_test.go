@@ -6,7 +6,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -46,7 +48,8 @@ func (w wire) varint(num protowire.Number, v uint64) wire {
 // TestUndecodableRequestIsInvalidArgument: a gRPC request that does not
 // decode (a string field holding invalid UTF-8, a length past the end, a
 // broken tag) is INVALID_ARGUMENT with the field named, never INTERNAL,
-// and writes nothing; a valid request sent the same way is served.
+// and writes nothing, for OrderService, health and reflection alike; a
+// valid request sent the same way is served.
 func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	s := startServer(t, testenv.New(t), nil)
 	item := func(sku string) string { return string(wire{}.bytes(1, sku).varint(2, 1).varint(3, 100)) }
@@ -93,6 +96,26 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	}
 	if c := counts(t, s.env); c != before {
 		t.Fatalf("rows %+v, want %+v", c, before)
+	}
+
+	// The health service (unary) and reflection (a stream) decode the same way.
+	var health healthpb.HealthCheckResponse
+	err := s.conn.Invoke(ctxTimeout(t), healthpb.Health_Check_FullMethodName, []byte(wire{}.bytes(1, "eventforge\xff")), &health, grpc.ForceCodecV2(rawCodec{}))
+	if fields := grpcFields(err); status.Code(err) != codes.InvalidArgument || !slices.Equal(fields, []string{"service"}) {
+		t.Fatalf("health check: %v, violations %v; want InvalidArgument on service", err, fields)
+	}
+	stream, err := s.conn.NewStream(ctxTimeout(t), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		reflectionpb.ServerReflection_ServerReflectionInfo_FullMethodName, grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.SendMsg([]byte(wire{}.bytes(1, "h\xff").bytes(7, "*"))); err != nil {
+		t.Fatal(err)
+	}
+	var listed reflectionpb.ServerReflectionResponse
+	err = stream.RecvMsg(&listed)
+	if fields := grpcFields(err); status.Code(err) != codes.InvalidArgument || !slices.Equal(fields, []string{"host"}) {
+		t.Fatalf("reflection: %v, violations %v; want InvalidArgument on host", err, fields)
 	}
 
 	valid, err := proto.Marshal(validCreate())

@@ -22,14 +22,14 @@ import (
 // and answers every decoding failure with INTERNAL, a server error, although
 // the bytes came from the client: a string field holding invalid UTF-8
 // (which proto3 forbids), a length running past the end of the message.
-// Codec and ServiceDesc move the decoding of a request into its method
-// handler, where a failure becomes INVALID_ARGUMENT with a
-// google.rpc.BadRequest naming the offending field, as every other invalid
-// request is answered.
+// Codec, ServiceDesc and StreamDecoding move the decoding of a request
+// into its method handler or stream, where a failure becomes
+// INVALID_ARGUMENT with a google.rpc.BadRequest naming the offending field,
+// as every other invalid request is answered.
 
 // Codec returns the server codec for grpc.ForceServerCodecV2: grpc-go's
-// proto codec, except that a request bound for a handler of ServiceDesc is
-// handed over undecoded, for the handler to decode.
+// proto codec, except that a request bound for a handler of ServiceDesc or
+// a stream of StreamDecoding is handed over undecoded, for them to decode.
 func Codec() encoding.CodecV2 {
 	return codec{base: encoding.GetCodecV2(grpcproto.Name)}
 }
@@ -74,6 +74,30 @@ func ServiceDesc(desc grpc.ServiceDesc) grpc.ServiceDesc {
 		}
 	}
 	return desc
+}
+
+// StreamDecoding returns a stream interceptor under which every message a
+// streaming method receives is decoded as ServiceDesc decodes a unary
+// request (served with Codec): one that does not decode ends the stream
+// with INVALID_ARGUMENT.
+func StreamDecoding() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, decodingStream{ss})
+	}
+}
+
+type decodingStream struct{ grpc.ServerStream }
+
+func (s decodingStream) RecvMsg(m any) error {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return s.ServerStream.RecvMsg(m)
+	}
+	var raw rawRequest
+	if err := s.ServerStream.RecvMsg(&raw); err != nil {
+		return err
+	}
+	return decodeRequest(raw.b, msg)
 }
 
 // decodeRequest decodes b into msg as grpc-go's proto codec does; a failure

@@ -69,6 +69,9 @@ type Config struct {
 	PruneInterval time.Duration `name:"outbox-prune-interval" help:"How often to prune the outbox." default:"5m"`
 	// PruneBatch is the number of rows deleted per prune statement.
 	PruneBatch int `name:"outbox-prune-batch" help:"Outbox rows deleted per statement when pruning." default:"1000"`
+	// DeadLetterTable is the schema-qualified table that holds outbox
+	// events Kafka refuses permanently (created by `eventforge migrate`).
+	DeadLetterTable string `name:"dead-letter-table" help:"Schema-qualified table for events Kafka refuses permanently." default:"public.cdc_dead_letters"`
 	// ProducerSettings are librdkafka properties for the reader's producer
 	// (e.g. request.timeout.ms, socket.timeout.ms), applied after the
 	// reader's own; the properties the delivery contract rests on
@@ -97,6 +100,7 @@ func DefaultConfig() Config {
 		Slot:              schema.Slot,
 		Publication:       schema.Publication,
 		OutboxTable:       "public.outbox",
+		DeadLetterTable:   "public.cdc_dead_letters",
 		Topics:            map[string]string{"order": "eventforge.orders"},
 		TopicFallback:     "eventforge.{aggregatetype}",
 		StatusInterval:    2 * time.Second,
@@ -127,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if _, _, ok := strings.Cut(c.OutboxTable, "."); !ok {
 		errs = append(errs, fmt.Errorf("outbox-table %q: want schema.table", c.OutboxTable))
+	}
+	if _, _, ok := strings.Cut(c.DeadLetterTable, "."); !ok {
+		errs = append(errs, fmt.Errorf("dead-letter-table %q: want schema.table", c.DeadLetterTable))
 	}
 	if c.StatusInterval <= 0 || c.ConfirmInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 {
 		errs = append(errs, errors.New("status-interval, confirm-interval, flush-timeout, max-backoff, heartbeat-interval and standby-retry must be positive"))

@@ -44,8 +44,8 @@ func (c *control) do(ctx context.Context, f func(ctx context.Context, conn *pgx.
 // checkServer validates what the reader needs of the server before it
 // streams, so a misconfiguration stops the process at start with a message
 // saying what to fix instead of surfacing late or never: wal_level, the
-// publication (it exists, publishes inserts and includes the outbox table)
-// and an existing slot (plugin pgoutput, this database). It creates the slot
+// publication (it exists, publishes inserts and includes the outbox table),
+// the dead-letter table and an existing slot (plugin pgoutput, this database). It creates the slot
 // when it is missing and creation is allowed.
 func checkServer(ctx context.Context, ctl *control, cfg Config, logger *slog.Logger) error {
 	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
@@ -74,6 +74,13 @@ func checkServer(ctx context.Context, ctl *control, cfg Config, logger *slog.Log
 		if !inserts {
 			return permanent("publication %q does not publish inserts, so no outbox row would be streamed; run ALTER PUBLICATION %s SET (publish = 'insert')",
 				cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
+		}
+		var dlq bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, cfg.DeadLetterTable).Scan(&dlq); err != nil {
+			return fmt.Errorf("looking up dead-letter table %s: %w", cfg.DeadLetterTable, err)
+		}
+		if !dlq {
+			return permanent("dead-letter table %s does not exist; run `eventforge migrate` (or check --dead-letter-table)", cfg.DeadLetterTable)
 		}
 		var (
 			plugin, database *string

@@ -32,6 +32,10 @@ var (
 		Name: "eventforge_cdc_publish_errors_total",
 		Help: "Failed deliveries and fatal producer errors; each ends the session, which resumes from the confirmed LSN.",
 	}, []string{"slot"})
+	deadLettered = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_cdc_dead_lettered_total",
+		Help: "Outbox events Kafka refused permanently (or that could not be built into a record), written to the relay's dead-letter table and skipped.",
+	}, []string{"slot"})
 	inflightEvents = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_cdc_inflight_events",
 		Help: "Events handed to Kafka and not yet acknowledged.",
@@ -49,7 +53,7 @@ var (
 // slotMetrics are the reader's metrics bound to one slot label.
 type slotMetrics struct {
 	slotLag, retainedWAL, replicationLag, oldestAge, inflight, active, confirmedLSN prometheus.Gauge
-	published, errors                                                               prometheus.Counter
+	published, errors, deadLettered                                                 prometheus.Counter
 }
 
 func newSlotMetrics(slot string) *slotMetrics {
@@ -63,6 +67,7 @@ func newSlotMetrics(slot string) *slotMetrics {
 		confirmedLSN:   confirmedLSNBytes.WithLabelValues(slot),
 		published:      eventsPublished.WithLabelValues(slot),
 		errors:         publishErrors.WithLabelValues(slot),
+		deadLettered:   deadLettered.WithLabelValues(slot),
 	}
 	m.active.Set(0)
 	return m

@@ -76,6 +76,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		hb:     &heartbeats{},
 		nonce:  hex.EncodeToString(nonce),
 		table:  pgx.Identifier{ns, table},
+		dlq:    pgx.Identifier(strings.SplitN(cfg.DeadLetterTable, ".", 2)),
 	}
 	defer r.m.active.Set(0)
 	bo := backoff{max: cfg.MaxBackoff}
@@ -106,6 +107,10 @@ type reader struct {
 	hb     *heartbeats
 	nonce  string         // tells this process's heartbeats from others'
 	table  pgx.Identifier // the outbox table
+	dlq    pgx.Identifier // the dead-letter table
+	// suspects failed permanently in a batch; the next session produces
+	// each alone (deadletter.go).
+	suspects suspects
 }
 
 // backoff is capped exponential backoff with jitter; it starts over after a
@@ -394,6 +399,9 @@ type delivery struct {
 	tx      *checkpoint.Tx
 	eventID string
 	size    int
+	// alone, for a suspect produced alone, receives its outcome; the
+	// session settles it (publishAlone).
+	alone chan error
 }
 
 // recordOverhead approximates the bytes a record carries beyond its event
@@ -434,6 +442,7 @@ func (r *reader) runSession(ctx context.Context, ctl *control) error {
 	s := &session{
 		reader:  r,
 		conn:    rconn,
+		dead:    tableWriter{ctl: ctl, table: r.dlq, slot: r.cfg.Slot},
 		tracker: checkpoint.New(info.confirmed),
 		decoder: decode.New(ns, table),
 		failed:  make(chan error, 1),
@@ -504,6 +513,7 @@ type session struct {
 	*reader
 	conn    *pgconn.PgConn
 	pub     producer
+	dead    deadLetterWriter
 	tracker *checkpoint.Tracker
 	decoder *decode.Decoder
 	curTx   *checkpoint.Tx
@@ -521,9 +531,27 @@ func (s *session) onDelivery(opaque any, err error) {
 	if err == nil {
 		err = failpoint.Eval(context.Background(), FailpointAfterAckBeforeConfirm)
 	}
+	if d.alone != nil {
+		if err == nil {
+			s.tracker.Ack(d.tx, d.size)
+			s.m.published.Inc()
+			s.suspects.remove(d.eventID)
+		}
+		d.alone <- err
+		select {
+		case s.space <- struct{}{}:
+		default:
+		}
+		return
+	}
 	if err != nil {
 		// A failed delivery never advances the LSN: the transaction stays
-		// unconfirmed and the next session republishes it.
+		// unconfirmed and the next session republishes it. A record Kafka
+		// refused permanently, perhaps only for the batch it was in, is
+		// produced alone next time (deadletter.go).
+		if publish.Permanent(err) {
+			s.suspects.add(d.eventID)
+		}
 		s.tracker.Release(d.tx, d.size)
 		s.m.errors.Inc()
 		select {
@@ -769,7 +797,8 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 		s.curTx, s.curN, s.midDone = s.tracker.Begin(m.CommitTime), 0, false
 	case *pglogrepl.InsertMessage:
 		ev, ok, err := s.decoder.Insert(m)
-		if err != nil {
+		malformed := errors.Is(err, decode.ErrMalformedHeaders)
+		if err != nil && !malformed {
 			return fmt.Errorf("decoding outbox insert at %s: %w", walStart, err)
 		}
 		if !ok {
@@ -779,10 +808,30 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 			return fmt.Errorf("insert at %s outside a transaction", walStart)
 		}
 		size := ev.Size() + recordOverhead
-		s.tracker.Add(s.curTx, size)
-		if err := s.pub.Publish(ctx, &ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
-			s.tracker.Release(s.curTx, size)
-			return err
+		switch {
+		case malformed:
+			// No record can be built: the one row, never the batch.
+			s.tracker.Add(s.curTx, size)
+			if err := s.deadLetter(ctx, &ev, walStart, size, err); err != nil {
+				return err
+			}
+		case s.suspects.has(ev.ID):
+			if err := s.publishAlone(ctx, &ev, walStart, size); err != nil {
+				return err
+			}
+		default:
+			s.tracker.Add(s.curTx, size)
+			if err := s.pub.Publish(ctx, &ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
+				if publish.Permanent(err) {
+					// Produce refused this record by itself.
+					if err := s.deadLetter(ctx, &ev, walStart, size, err); err != nil {
+						return err
+					}
+					break
+				}
+				s.tracker.Release(s.curTx, size)
+				return err
+			}
 		}
 		s.curN++
 		if !s.midDone && s.tracker.Acked(s.curTx) > 0 {

@@ -33,6 +33,7 @@ var failureWindows = []window{
 	{"broker paused with SIGSTOP for 10 s under load", windowBrokerPaused},
 	{"three-broker cluster (RF 3, min ISR 2) loses a broker under load", windowClusterBrokerLoss},
 	{"Kafka frozen for 20 s while orders are created and cancelled", windowKafkaOutageOrdering},
+	{"Kafka refuses one order's record (over the topic's max.message.bytes)", windowRelayDeadLetter},
 }
 
 // matrixRuns is how often each window runs: EVENTFORGE_MATRIX_RUNS,

@@ -20,6 +20,7 @@ type Event struct {
 	Type          string            // outbox.type, e.g. "OrderCreated"
 	Payload       []byte            // outbox.payload as JSON text
 	Headers       map[string]string // outbox.headers, e.g. traceparent
+	HeadersJSON   string            // outbox.headers as the JSON text it was decoded from
 	CreatedAt     string            // outbox.created_at in PostgreSQL's text form
 }
 
@@ -31,6 +32,11 @@ func (e *Event) Size() int {
 	}
 	return n
 }
+
+// ErrMalformedHeaders means an outbox row's headers are not a JSON object of
+// strings, so no Kafka record can be built from it. Insert still returns the
+// rest of the event (Headers nil, HeadersJSON as stored).
+var ErrMalformedHeaders = errors.New("headers are not a JSON object of strings")
 
 // ErrUnknownRelation means a row arrived for a relation the stream never
 // described; the stream is corrupt or was joined mid-way.
@@ -85,6 +91,8 @@ func (d *Decoder) Relation(m *pglogrepl.RelationMessage) error {
 
 // Insert decodes an INSERT. ok is false when the row is not in the outbox
 // table (the publication may include other tables); such rows are skipped.
+// An error wrapping ErrMalformedHeaders comes with the decoded event and ok
+// true.
 func (d *Decoder) Insert(m *pglogrepl.InsertMessage) (ev Event, ok bool, err error) {
 	r, found := d.relations[m.RelationID]
 	if !found {
@@ -129,8 +137,9 @@ func (d *Decoder) Insert(m *pglogrepl.InsertMessage) (ev Event, ok bool, err err
 	if err != nil {
 		return Event{}, false, err
 	}
+	ev.HeadersJSON = headers
 	if ev.Headers, err = ParseHeaders(ev.ID, headers); err != nil {
-		return Event{}, false, err
+		return ev, true, err
 	}
 	return ev, true, nil
 }
@@ -143,7 +152,7 @@ func ParseHeaders(eventID, text string) (map[string]string, error) {
 	}
 	var h map[string]string
 	if err := json.Unmarshal([]byte(text), &h); err != nil {
-		return nil, fmt.Errorf("outbox event %s: headers are not a JSON object of strings: %w", eventID, err)
+		return nil, fmt.Errorf("outbox event %s: %w: %w", eventID, ErrMalformedHeaders, err)
 	}
 	return h, nil
 }

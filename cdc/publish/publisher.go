@@ -97,7 +97,12 @@ func (p *Publisher) deliveries(onDelivery DeliveryFunc) {
 // the outcome arrives through the DeliveryFunc with opaque. When the local
 // queue is full it waits for room, so a slow broker slows the reader down.
 func (p *Publisher) Publish(ctx context.Context, ev *decode.Event, opaque any) error {
-	msg := Record(ev, p.router.Topic(ev.AggregateType))
+	return p.PublishTo(ctx, ev, p.router.Topic(ev.AggregateType), opaque)
+}
+
+// PublishTo is Publish to topic instead of the routed one.
+func (p *Publisher) PublishTo(ctx context.Context, ev *decode.Event, topic string, opaque any) error {
+	msg := Record(ev, topic)
 	msg.Opaque = opaque
 	tracing.StartPublish(ctx, msg) // span until the ack; the record's traceparent names it
 	for {

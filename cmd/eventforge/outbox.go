@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/schollz/progressbar/v3"
 
@@ -11,7 +16,77 @@ import (
 )
 
 type outboxCmd struct {
-	Replay outboxReplayCmd `cmd:"" help:"Republish stored outbox events with their original IDs (for topics that lost data)."`
+	Replay      outboxReplayCmd      `cmd:"" help:"Republish stored outbox events with their original IDs (for topics that lost data)."`
+	DeadLetters outboxDeadLettersCmd `cmd:"" name:"dead-letters" help:"Events Kafka refused permanently (the relay's dead-letter table): list and replay."`
+}
+
+type outboxDeadLettersCmd struct {
+	List   deadLettersListCmd   `cmd:"" help:"List the relay's dead letters in WAL order."`
+	Replay deadLettersReplayCmd `cmd:"" help:"Republish dead letters with their original event IDs once the cause is fixed, and mark them replayed."`
+}
+
+type deadLettersListCmd struct {
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	Table       string `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
+	All         bool   `name:"all" help:"Include dead letters already replayed."`
+	JSON        bool   `name:"json" help:"Print JSON."`
+}
+
+func (c *deadLettersListCmd) Run(env *runEnv) error {
+	conn, err := pgx.Connect(env.ctx, c.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connecting to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(env.ctx))
+	dls, err := cdc.ListDeadLetters(env.ctx, conn, c.Table, !c.All)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(dls)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "EVENT ID\tORDER\tTYPE\tTOPIC\tLSN\tBYTES\tERROR\tATTEMPTS\tDEAD-LETTERED\tREPLAYED")
+	for _, d := range dls {
+		replayed := "-"
+		if d.ReplayedAt != nil {
+			replayed = d.ReplayedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", d.EventID, d.AggregateID, d.Type, d.Topic, d.LSN,
+			d.PayloadBytes, d.ErrorCode, d.Attempts, d.DeadLetteredAt.UTC().Format(time.RFC3339), replayed)
+	}
+	return w.Flush()
+}
+
+type deadLettersReplayCmd struct {
+	DatabaseURL  string        `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	KafkaBrokers string        `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	Table        string        `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
+	EventID      []string      `name:"event-id" help:"Event ID to replay (repeatable); default: every dead letter not replayed yet."`
+	FlushTimeout time.Duration `name:"flush-timeout" help:"How long to wait for Kafka's acknowledgements." default:"30s"`
+}
+
+func (c *deadLettersReplayCmd) Run(env *runEnv) error {
+	res, err := cdc.ReplayDeadLetters(env.ctx, cdc.DeadLetterReplayConfig{
+		DatabaseURL:  c.DatabaseURL,
+		KafkaBrokers: c.KafkaBrokers,
+		Table:        c.Table,
+		EventIDs:     c.EventID,
+		FlushTimeout: c.FlushTimeout,
+	}, env.logger)
+	for _, id := range res.Missing {
+		env.logger.Warn("event not in the dead-letter table", "event_id", id)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("replayed %d of %d selected dead letters\n", res.Published, res.Selected)
+	if len(res.Missing) > 0 {
+		return fmt.Errorf("%d event IDs not found in the dead-letter table", len(res.Missing))
+	}
+	return nil
 }
 
 type outboxReplayCmd struct {

@@ -62,6 +62,11 @@ type Config struct {
 	// StandbyRetry is how often a waiting reader checks whether it may take
 	// over (leadership lock free, slot released).
 	StandbyRetry time.Duration `name:"standby-retry" help:"How often a standby reader tries to take over the slot." default:"1s"`
+	// UnhealthyAfter is how long a leader may be unable to publish (events
+	// waiting for Kafka's acknowledgement with none acknowledged, or no
+	// session streaming) before it gives up the leadership for a standby;
+	// it then holds off as long before competing again.
+	UnhealthyAfter time.Duration `name:"unhealthy-after" help:"Give up the leadership after being unable to publish for this long (and hold off as long)." default:"60s"`
 	// OutboxRetention is how long outbox rows are kept; older rows are
 	// deleted in small batches by the active reader. Zero disables pruning.
 	OutboxRetention time.Duration `name:"outbox-retention" help:"Delete outbox rows older than this (0 keeps them)." default:"24h"`
@@ -111,6 +116,7 @@ func DefaultConfig() Config {
 		MaxInflightEvents: 2500,
 		MaxInflightBytes:  16 << 20,
 		StandbyRetry:      time.Second,
+		UnhealthyAfter:    time.Minute,
 		OutboxRetention:   24 * time.Hour,
 		PruneInterval:     5 * time.Minute,
 		PruneBatch:        1000,
@@ -135,8 +141,8 @@ func (c Config) Validate() error {
 	if _, _, ok := strings.Cut(c.DeadLetterTable, "."); !ok {
 		errs = append(errs, fmt.Errorf("dead-letter-table %q: want schema.table", c.DeadLetterTable))
 	}
-	if c.StatusInterval <= 0 || c.ConfirmInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 {
-		errs = append(errs, errors.New("status-interval, confirm-interval, flush-timeout, max-backoff, heartbeat-interval and standby-retry must be positive"))
+	if c.StatusInterval <= 0 || c.ConfirmInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 || c.UnhealthyAfter <= 0 {
+		errs = append(errs, errors.New("status-interval, confirm-interval, flush-timeout, max-backoff, heartbeat-interval, standby-retry and unhealthy-after must be positive"))
 	}
 	if c.MaxInflightEvents < 1 || c.MaxInflightBytes < 1 {
 		errs = append(errs, errors.New("max-inflight-events and max-inflight-bytes must be at least 1"))

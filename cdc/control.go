@@ -41,6 +41,14 @@ func (c *control) do(ctx context.Context, f func(ctx context.Context, conn *pgx.
 	return f(ctx, c.conn)
 }
 
+// closed reports whether the connection is closed, and with it the
+// leadership lock released.
+func (c *control) closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn.IsClosed()
+}
+
 // checkServer validates what the reader needs of the server before it
 // streams, so a misconfiguration stops the process at start with a message
 // saying what to fix instead of surfacing late or never: wal_level, the

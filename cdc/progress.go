@@ -67,6 +67,14 @@ func (p *progress) publishing(now time.Time, stall time.Duration) bool {
 	return p.tracker != nil && !p.tracker.Stalled(now, stall)
 }
 
+// state reports whether a session streams, and whether its producer is
+// stalled: events waited for an acknowledgement for stall or longer.
+func (p *progress) state(now time.Time, stall time.Duration) (attached, stalled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tracker != nil, p.tracker != nil && p.tracker.Stalled(now, stall)
+}
+
 // snapshot returns the commit time of the oldest transaction known to be
 // unconfirmed (zero if none) and of the newest confirmed one (zero if none
 // yet).

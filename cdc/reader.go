@@ -62,6 +62,12 @@ func permanent(format string, args ...any) error {
 // republishing anything that was not confirmed. It returns nil after a clean
 // shutdown, or an error that reconnecting cannot fix.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	return RunHealth(ctx, cfg, logger, &Health{})
+}
+
+// RunHealth is Run reporting the reader's readiness to h (served as /readyz
+// by `eventforge cdc`).
+func RunHealth(ctx context.Context, cfg Config, logger *slog.Logger, h *Health) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid cdc config: %w", err)
 	}
@@ -77,6 +83,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		nonce:  hex.EncodeToString(nonce),
 		table:  pgx.Identifier{ns, table},
 		dlq:    pgx.Identifier(strings.SplitN(cfg.DeadLetterTable, ".", 2)),
+		health: h,
 	}
 	defer r.m.active.Set(0)
 	bo := backoff{max: cfg.MaxBackoff}
@@ -90,6 +97,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		if errors.As(err, &perm) {
 			return err
 		}
+		r.health.report(fmt.Errorf("reconnecting: %w", err))
 		wait := bo.next(time.Since(started))
 		r.logger.Warn("cdc connection ended; reconnecting", "err", err, "backoff", wait)
 		if !sleep(ctx, wait) {
@@ -111,6 +119,10 @@ type reader struct {
 	// suspects failed permanently in a batch; the next session produces
 	// each alone (deadletter.go).
 	suspects suspects
+	health   *Health
+	// holdOff is when a reader that gave up the lead because it could not
+	// publish may compete for it again (health.go).
+	holdOff time.Time
 }
 
 // backoff is capped exponential backoff with jitter; it starts over after a
@@ -167,15 +179,20 @@ func (r *reader) runControl(ctx context.Context) error {
 	}
 
 	for waiting := false; ; waiting = true {
-		ok, err := tryLock(ctx, ctl, r.cfg.Slot)
-		if err != nil {
-			return err
-		}
-		if ok {
-			break
+		if wait := time.Until(r.holdOff); wait > 0 {
+			r.health.report(fmt.Errorf("%w: holding off for %s before competing for the slot again", errUnhealthy, wait.Round(time.Second)))
+		} else {
+			ok, err := tryLock(ctx, ctl, r.cfg.Slot)
+			if err != nil {
+				return err
+			}
+			if ok {
+				break
+			}
+			r.health.report(nil)
 		}
 		if !waiting {
-			r.logger.Info("another reader holds the slot; waiting as standby", "standby_retry", r.cfg.StandbyRetry)
+			r.logger.Info("another reader holds the slot, or this one holds off; waiting as standby", "standby_retry", r.cfg.StandbyRetry)
 		}
 		r.m.active.Set(0)
 		r.m.oldestAge.Set(0)
@@ -188,6 +205,7 @@ func (r *reader) runControl(ctx context.Context) error {
 		}
 	}
 	r.logger.Info("leadership acquired")
+	r.health.report(nil)
 
 	lctx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
@@ -201,7 +219,13 @@ func (r *reader) runControl(ctx context.Context) error {
 	wg.Wait()
 	r.prog.reset()
 	r.m.oldestAge.Set(0)
-	if cause := context.Cause(lctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+	cause := context.Cause(lctx)
+	if ctx.Err() == nil && errors.Is(cause, errUnhealthy) {
+		r.holdOff = time.Now().Add(r.cfg.UnhealthyAfter)
+		r.logger.Error("leadership released: this reader cannot publish; a standby may take over", "err", cause, "hold_off", r.cfg.UnhealthyAfter)
+		return fmt.Errorf("leadership released: %w", cause)
+	}
+	if ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		return fmt.Errorf("leadership lost: %w", cause)
 	}
 	return err
@@ -238,21 +262,31 @@ func (r *reader) lead(ctx context.Context, ctl *control) error {
 }
 
 // monitor runs beside the sessions while this process leads: heartbeats,
-// slot statistics and the oldest-unpublished age. A failing statement means
-// the control connection, and with it the leadership lock, may be gone: it
-// cancels the leadership.
+// slot statistics, the oldest-unpublished age and the leader's health. A
+// statement that fails on a control connection that closed means the
+// leadership lock is gone: it cancels the leadership. One that fails on a
+// connection still open (the lock still held) is logged and the next tick
+// tries again. A leader that cannot publish gives up the leadership
+// (health.go).
 func (r *reader) monitor(ctx context.Context, ctl *control, lose context.CancelCauseFunc) {
 	stats := time.NewTicker(r.cfg.StatusInterval)
 	defer stats.Stop()
 	beat := time.NewTicker(r.cfg.HeartbeatInterval)
 	defer beat.Stop()
-	fail := func(err error) {
-		if ctx.Err() == nil {
-			lose(err)
+	lh := leaderHealth{after: r.cfg.UnhealthyAfter, streaming: time.Now()}
+	// failed reports whether err ended the leadership.
+	failed := func(err error) bool {
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err() != nil
 		}
+		if ctl.closed() {
+			lose(err)
+			return true
+		}
+		r.logger.Warn("control statement failed; the connection and the leadership lock are intact", "err", err)
+		return false
 	}
-	if err := r.heartbeat(ctx, ctl); err != nil {
-		fail(err)
+	if failed(r.heartbeat(ctx, ctl)) {
 		return
 	}
 	for {
@@ -260,20 +294,21 @@ func (r *reader) monitor(ctx context.Context, ctl *control, lose context.CancelC
 		case <-ctx.Done():
 			return
 		case <-stats.C:
-			if err := r.updateSlotStats(ctx, ctl); err != nil {
-				fail(err)
+			if err := lh.check(time.Now(), r.prog); err != nil {
+				r.health.report(err)
+				r.m.active.Set(0)
+				lose(err)
 				return
 			}
-			if err := r.updateAge(ctx, ctl); err != nil {
-				fail(err)
+			r.health.report(nil)
+			if failed(r.updateSlotStats(ctx, ctl)) || failed(r.updateAge(ctx, ctl)) {
 				return
 			}
 			if lag, ok := r.hb.lag(time.Now()); ok {
 				r.m.replicationLag.Set(lag.Seconds())
 			}
 		case <-beat.C:
-			if err := r.heartbeat(ctx, ctl); err != nil {
-				fail(err)
+			if failed(r.heartbeat(ctx, ctl)) {
 				return
 			}
 		}

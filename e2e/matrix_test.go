@@ -34,6 +34,7 @@ var failureWindows = []window{
 	{"three-broker cluster (RF 3, min ISR 2) loses a broker under load", windowClusterBrokerLoss},
 	{"Kafka frozen for 20 s while orders are created and cancelled", windowKafkaOutageOrdering},
 	{"Kafka refuses one order's record (over the topic's max.message.bytes)", windowRelayDeadLetter},
+	{"cdc leader that cannot reach Kafka gives up the slot to the standby", windowUnhealthyLeader},
 }
 
 // matrixRuns is how often each window runs: EVENTFORGE_MATRIX_RUNS,

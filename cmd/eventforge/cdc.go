@@ -9,15 +9,17 @@ import (
 	"github.com/eventforge/eventforge/internal/metrics"
 )
 
-// runCDC runs the reader and, when metricsAddr is set, its /metrics endpoint;
-// the endpoint stops with the reader.
+// runCDC runs the reader and, when metricsAddr is set, its /metrics endpoint
+// with /readyz reporting the reader's health (cdc.Health); the endpoint
+// stops with the reader.
 func runCDC(env *runEnv, cfg cdc.Config, metricsAddr string) error {
 	g, ctx := errgroup.WithContext(env.ctx)
 	rctx, stop := context.WithCancel(ctx)
+	health := &cdc.Health{}
 	g.Go(func() error {
 		defer stop()
-		return cdc.Run(ctx, cfg, env.logger)
+		return cdc.RunHealth(ctx, cfg, env.logger, health)
 	})
-	g.Go(func() error { return metrics.Serve(rctx, metricsAddr, env.logger, nil) })
+	g.Go(func() error { return metrics.ServeReady(rctx, metricsAddr, env.logger, nil, health.Ready) })
 	return g.Wait()
 }

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,12 @@ func Handler() http.Handler {
 // /readyz answering 200 while the process serves (the probes of
 // deploy/kubernetes). An empty addr disables it. ready, if not nil, receives the bound address.
 func Serve(ctx context.Context, addr string, logger *slog.Logger, ready chan<- string) error {
+	return ServeReady(ctx, addr, logger, ready, nil)
+}
+
+// ServeReady is Serve with /readyz answering 503 with the error's text while
+// readiness returns an error (nil readiness: always ready).
+func ServeReady(ctx context.Context, addr string, logger *slog.Logger, ready chan<- string, readiness func() error) error {
 	if addr == "" {
 		return nil
 	}
@@ -40,7 +47,17 @@ func Serve(ctx context.Context, addr string, logger *slog.Logger, ready chan<- s
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	}
 	mux.HandleFunc("GET /healthz", up)
-	mux.HandleFunc("GET /readyz", up)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if readiness != nil {
+			if err := readiness(); err != nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "reason": err.Error()})
+				return
+			}
+		}
+		up(w, r)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	logger.Info("metrics listening", "metrics_addr", lis.Addr().String())
 	if ready != nil {

@@ -240,3 +240,75 @@ func TestVerifyOrdering(t *testing.T) {
 		t.Fatalf("cancel before create: exit %d, ordering violations %d, violations %v; want exit 1 and order %s only", code, rep.OrderingViolations, rep.Violations, bad.id)
 	}
 }
+
+// TestVerifyRelayDeadLetter plants what the relay leaves when Kafka refuses
+// a record permanently: an order's OrderCreated in the outbox and in
+// cdc_dead_letters, written in one transaction, with the slot confirmed past
+// it; the relay then publishes the order's OrderCancelled and another
+// order. The audit reports the refused event as dead-lettered by the relay
+// and names the replay command: exit 1, the contract kept, nothing lost or
+// unpublished. Once `eventforge outbox dead-letters replay` publishes it
+// with its original event ID (after the OrderCancelled of its order, as
+// docs/cdc.md says), the audit passes: no ordering violation for the
+// replayed event, every event applied.
+func TestVerifyRelayDeadLetter(t *testing.T) {
+	pl := newPipeline(t)
+	ctx := context.Background()
+	orders := seedOrders(t, pl, 2, 2)
+	refused := createdEvent(orders[0])
+	_, err := pl.env.Pool.Exec(ctx, `WITH o AS (
+			INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', $2, $3, $4::jsonb)
+			RETURNING id, aggregatetype, aggregateid, type, payload, headers, created_at)
+		INSERT INTO cdc_dead_letters (event_id, slot, lsn, topic, aggregatetype, aggregateid, type, payload, headers, created_at, error_code, error)
+		SELECT id::text, $5, pg_current_wal_lsn(), $6, aggregatetype, aggregateid, type, payload::text, headers::text, created_at,
+			'MSG_SIZE_TOO_LARGE', 'Broker: Message size too large' FROM o`,
+		refused.id, refused.key, refused.typ, string(refused.payload), pl.env.Slot, pl.env.Topic)
+	if err != nil {
+		t.Fatalf("planting the dead letter: %v", err)
+	}
+	// The relay confirms past a dead-lettered event once its row is written.
+	if _, err := pl.env.Pool.Exec(ctx, `SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())`, pl.env.Slot); err != nil {
+		t.Fatalf("advancing the slot: %v", err)
+	}
+	pl.startCDC(t, "cdc", nil)
+	pl.startConsumer(t, "fulfillment", nil)
+	later := []orderEvent{cancelledEvent(orders[0]), createdEvent(orders[1])}
+	for _, ev := range later {
+		if _, err := pl.env.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', $2, $3, $4::jsonb)`,
+			ev.id, ev.key, ev.typ, string(ev.payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumers := []string{"--consumer", "fulfillment=" + pl.env.Group}
+
+	rep, code := runVerifyArgs(t, pl, append(consumers, "--wait", "60s")...)
+	if code != 1 || !rep.Drained || rep.RelayDeadLettered != 1 || !rep.ContractKept() || rep.Lost != 0 || rep.Unpublished != 0 ||
+		rep.UnpublishedPastGrace != 0 || rep.Deliveries != 2 || rep.BusinessChanges["fulfillment"] != 1 ||
+		!mentions(rep, "dead-lettered by the relay: event "+refused.id) || !mentions(rep, verify.ReplayDeadLettersCommand) {
+		t.Fatalf("relay dead letter pending: exit %d, report %+v; want exit 1, drained, one relay dead letter named with the replay command, 2 deliveries, 1 change, contract kept",
+			code, rep)
+	}
+	table, _ := eventforge(t, 1, append([]string{"verify", "--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
+		"--topic", pl.env.Topic, "--slot", pl.env.Slot}, consumers...)...)
+	if !strings.Contains(table, "FAILED: dead-lettered by the relay 1 (replay with `"+verify.ReplayDeadLettersCommand+"`") {
+		t.Fatalf("table output does not fail on the relay dead letter with the replay command:\n%s", table)
+	}
+
+	out, _ := eventforge(t, 0, "outbox", "dead-letters", "replay", "--database-url", pl.env.DatabaseURL,
+		"--kafka-brokers", pl.env.Endpoints.KafkaBootstrap)
+	if !strings.Contains(out, "replayed 1 of 1") {
+		t.Fatalf("replay: %q, want one dead letter replayed", out)
+	}
+	byID := recordsByEventID(t, pl)
+	if r, c := byID[refused.id], byID[later[0].id]; len(r) != 1 || len(c) != 1 || r[0].Partition != c[0].Partition || r[0].Offset < c[0].Offset {
+		t.Fatalf("replayed OrderCreated %v, OrderCancelled %v of order %s: want each once, the replay after the cancel in one partition", r, c, refused.key)
+	}
+	rep, code = runVerifyArgs(t, pl, append(consumers, "--wait", "60s")...)
+	if code != 0 || !rep.OK() || rep.RelayDeadLettered != 0 || rep.RelayReplayed != 1 || rep.OrderingViolations != 0 ||
+		rep.LogicalEvents != 3 || rep.Deliveries != 3 || rep.Pending["fulfillment"] != 0 {
+		t.Fatalf("after the replay: exit %d, report %+v; want exit 0, one replayed dead letter, 3 events delivered and applied, no ordering violation", code, rep)
+	}
+	if !eventProcessed(t, pl, refused.id) {
+		t.Fatalf("replayed event %s has no fulfillment mark", refused.id)
+	}
+}

@@ -83,7 +83,16 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 		committed[name] = c
 	}
 
-	// 3. Kafka as stored: the topic and the DLQ; then the purge records. A
+	// 3. The relay's dead letters, after the slot position (the relay
+	// writes a dead letter before it confirms past its event) and before
+	// the topic (a replay publishes before it marks the row replayed, so a
+	// row read as replayed has its record in the topic read after it).
+	relay, err := a.relayDeadLetters(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	// 4. Kafka as stored: the topic and the DLQ; then the purge records. A
 	// purge records its dead letters before deleting them, so a dead letter
 	// missing from the DLQ read here has its purge record read after it.
 	records, err := a.kafka.ReadAll(ctx, a.cfg.Topic)
@@ -99,12 +108,12 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 
-	// 4. Deliveries, publication and ordering.
-	a.checkDeliveries(rep, events, records, slotPassed)
+	// 5. Deliveries, publication, the relay's dead letters and ordering.
+	a.checkDeliveries(rep, events, records, slotPassed, relay)
 
-	// 5. Each consumer: skipped records and business effects, with every
+	// 6. Each consumer: skipped records and business effects, with every
 	// event attributed to its order from whatever still holds it.
-	attr := attribute(events, records, dlqRecords, purged)
+	attr := attribute(events, records, dlqRecords, purged, relay)
 	dead := byConsumer(dlqRecords)
 	for name := range a.cfg.Consumers {
 		marks, err := a.marks(ctx, name)

@@ -75,7 +75,7 @@ func TestCheckDeliveries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var r Report
-			a.checkDeliveries(&r, events, tt.records, tt.slotPassed)
+			a.checkDeliveries(&r, events, tt.records, tt.slotPassed, nil)
 			if r.Deliveries != tt.want.Deliveries || r.DuplicateDeliveries != tt.want.DuplicateDeliveries || r.Lost != tt.want.Lost ||
 				r.Unpublished != tt.want.Unpublished || r.OrderingViolations != tt.want.OrderingViolations {
 				t.Fatalf("got %+v, want %+v", r, tt.want)
@@ -128,7 +128,7 @@ func TestReportOK(t *testing.T) {
 			t.Fatalf("%+v reported OK (failures %v)", r, r.Failures())
 		}
 	}
-	for _, r := range []Report{{UnpublishedPastGrace: 1, Unpublished: 1, Drained: true}, {Drained: false}} {
+	for _, r := range []Report{{UnpublishedPastGrace: 1, Unpublished: 1, Drained: true}, {Drained: false}, {RelayDeadLettered: 1, Drained: true}} {
 		if r.OK() || !r.ContractKept() || len(r.Failures()) != 1 {
 			t.Fatalf("%+v: OK %v, contract kept %v, failures %v; want a failure that is no contract violation", r, r.OK(), r.ContractKept(), r.Failures())
 		}
@@ -198,7 +198,7 @@ func TestCheckDeliveriesGraceAndPrunedOutbox(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var r Report
-			a.checkDeliveries(&r, tt.events, tt.records, tt.slotPassed)
+			a.checkDeliveries(&r, tt.events, tt.records, tt.slotPassed, nil)
 			if r.Deliveries != tt.want.Deliveries || r.DuplicateDeliveries != tt.want.DuplicateDeliveries || r.Lost != tt.want.Lost ||
 				r.Unpublished != tt.want.Unpublished || r.UnpublishedPastGrace != tt.want.UnpublishedPastGrace || r.OrderingViolations != tt.want.OrderingViolations {
 				t.Fatalf("got %+v, want %+v", r, tt.want)

@@ -13,9 +13,13 @@ type pos struct {
 
 // checkDeliveries counts deliveries and duplicates, finds outbox events
 // missing from Kafka (lost once the slot confirmed past them, unpublished
-// before, and past the grace when committed longer ago than it), and checks
-// per-order partitioning and order.
-func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []kafkaread.Record, slotPassed bool) {
+// before, and past the grace when committed longer ago than it; neither when
+// the relay dead-lettered them and nobody replayed them yet), and checks
+// per-order partitioning and order. An event in the relay's dead-letter
+// table takes no part in the ordering checks: its first delivery is its
+// replay, after later events of its order (docs/cdc.md, "Records Kafka
+// refuses").
+func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []kafkaread.Record, slotPassed bool, relay relayDeadLetters) {
 	rep.Deliveries = len(records)
 	seen := map[string]int{}
 	// first occurrence of each event in Kafka
@@ -33,6 +37,7 @@ func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []k
 		partitionsOfKey[r.Key][r.Partition] = true
 	}
 	rep.DuplicateDeliveries = len(records) - len(seen)
+	a.checkRelayDeadLetters(rep, relay, first)
 
 	inOutbox := make(map[string]bool, len(events))
 	lastOfKey := map[string]pos{}
@@ -42,6 +47,8 @@ func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []k
 		p, published := first[e.id]
 		if !published {
 			switch {
+			case relay.pending(e.id):
+				// counted by checkRelayDeadLetters
 			case slotPassed:
 				rep.Lost++
 				rep.violate("lost: outbox event %s (%s of order %s) is not in %s although the slot confirmed past it", e.id, e.typ, e.key, a.cfg.Topic)
@@ -54,13 +61,16 @@ func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []k
 			}
 			continue
 		}
+		if _, dead := relay[e.id]; dead {
+			continue
+		}
 		if prev, ok := lastOfKey[e.key]; ok && prev.partition == p.partition && p.offset < prev.offset {
 			rep.OrderingViolations++
 			rep.violate("ordering: event %s of order %s is at offset %d, before the earlier-committed event %s at offset %d", e.id, e.key, p.offset, lastIDOfKey[e.key], prev.offset)
 		}
 		lastOfKey[e.key], lastIDOfKey[e.key] = p, e.id
 	}
-	checkCreatedFirst(rep, records, first, inOutbox)
+	checkCreatedFirst(rep, records, first, inOutbox, relay)
 	for key, parts := range partitionsOfKey {
 		if len(parts) > 1 {
 			rep.OrderingViolations++
@@ -73,8 +83,8 @@ func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []k
 // are pruned: an order's OrderCreated is its first event, so no other event
 // of the order may come before it in its partition (first deliveries). Pairs
 // whose events are both in the outbox snapshot are left to the commit-order
-// check.
-func checkCreatedFirst(rep *Report, records []kafkaread.Record, first map[string]pos, inOutbox map[string]bool) {
+// check; events the relay dead-lettered are left out.
+func checkCreatedFirst(rep *Report, records []kafkaread.Record, first map[string]pos, inOutbox map[string]bool, relay relayDeadLetters) {
 	type event struct {
 		id, typ string
 		at      pos
@@ -84,7 +94,7 @@ func checkCreatedFirst(rep *Report, records []kafkaread.Record, first map[string
 	done := map[string]bool{}
 	for _, r := range records {
 		id := r.Headers["id"]
-		if done[id] {
+		if _, dead := relay[id]; done[id] || dead {
 			continue
 		}
 		done[id] = true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -36,6 +37,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	row("unpublished", r.Unpublished)
 	row("unpublished beyond the grace", r.UnpublishedPastGrace)
+	row("dead-lettered by the relay", r.RelayDeadLettered)
+	row("  replayed from the relay's dead letters", r.RelayReplayed)
 	row("slot lag bytes", r.SlotLagBytes)
 	row("lost", r.Lost)
 	row("duplicate effects", r.DuplicateEffects)
@@ -50,7 +53,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	case !r.ContractKept():
 		verdict = "VIOLATED"
 	case !r.OK():
-		verdict = "FAILED: the pipeline is not keeping up"
+		verdict = "FAILED: " + strings.Join(r.Failures(), ", ")
 	}
 	row("verdict", verdict)
 	if err := tw.Flush(); err != nil {

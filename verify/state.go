@@ -150,9 +150,9 @@ type attribution struct {
 }
 
 // attribute collects every event that can still be attributed: from the
-// outbox snapshot, the topic, the DLQ and the purge records. The first
-// source that holds an event wins.
-func attribute(events []outboxEvent, records, dlq []kafkaread.Record, purged purgeRecords) attribution {
+// outbox snapshot, the topic, the DLQ, the purge records and the relay's
+// dead letters. The first source that holds an event wins.
+func attribute(events []outboxEvent, records, dlq []kafkaread.Record, purged purgeRecords, relay relayDeadLetters) attribution {
 	var a attribution
 	seen := map[uuid.UUID]bool{}
 	add := func(id, order, typ string) {
@@ -177,6 +177,9 @@ func attribute(events []outboxEvent, records, dlq []kafkaread.Record, purged pur
 	}
 	for _, p := range purged {
 		add(p.eventID, p.orderID, p.typ)
+	}
+	for id, d := range relay {
+		add(id, d.AggregateID, d.Type)
 	}
 	return a
 }

@@ -7,13 +7,14 @@
 // would break the promise "at-least-once delivery, exactly one business
 // effect": lost events, duplicate effects, marks without effect and per-order
 // ordering violations, plus the two states in which the audit cannot vouch
-// for the pipeline: events left unpublished beyond a grace period and a
-// pipeline that did not drain within the wait.
+// for the pipeline: events left unpublished beyond a grace period, events
+// the relay dead-lettered and nobody replayed yet, and a pipeline that did
+// not drain within the wait.
 //
 // The outbox is pruned after a retention (24 h by default), so no check
 // needs an outbox row: an event is attributed to its order and type from its
-// outbox row, its Kafka record, its dead letter or its purge record,
-// whichever still exists. Checks keyed on orders and counters (a second
+// outbox row, its Kafka record, its dead letter, its purge record or its
+// row in the relay's dead-letter table, whichever still exists. Checks keyed on orders and counters (a second
 // shipment, ledger counters against the number of marks) cover all time;
 // the rest cover the events that can still be attributed (docs/verify.md,
 // "Audit window").
@@ -24,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/eventforge/eventforge/cdc"
 )
 
 // Config says what to audit.
@@ -43,6 +46,10 @@ type Config struct {
 	Consumers map[string]string `name:"consumer" help:"consumer=group pairs to audit (repeatable; default: every consumer with its default group, eventforge-<name>)."`
 	// Slot is the replication slot of the CDC reader.
 	Slot string `name:"slot" help:"Replication slot of the CDC reader." default:"eventforge_outbox"`
+	// DeadLetterTable is the relay's dead-letter table (cdc's
+	// --dead-letter-table); only its rows of Slot are audited. A missing
+	// table holds no dead letters.
+	DeadLetterTable string `name:"dead-letter-table" help:"Schema-qualified dead-letter table of the CDC reader." default:"public.cdc_dead_letters"`
 	// Wait, when positive, first waits (up to this long) for the slot to
 	// confirm everything committed so far and for every group to commit up to
 	// the end of the topic, so that in-flight events are not reported as
@@ -59,21 +66,22 @@ type Config struct {
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:  "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
-		KafkaBrokers: "127.0.0.1:19092",
-		Topic:        "eventforge.orders",
-		Consumers:    DefaultConsumers(),
-		Slot:         "eventforge_outbox",
-		Grace:        time.Minute,
-		Timeout:      5 * time.Minute,
+		DatabaseURL:     "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		KafkaBrokers:    "127.0.0.1:19092",
+		Topic:           "eventforge.orders",
+		Consumers:       DefaultConsumers(),
+		Slot:            "eventforge_outbox",
+		DeadLetterTable: cdc.DefaultConfig().DeadLetterTable,
+		Grace:           time.Minute,
+		Timeout:         5 * time.Minute,
 	}
 }
 
 // Validate reports every invalid field at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.DatabaseURL == "" || c.KafkaBrokers == "" || c.Topic == "" || c.Slot == "" {
-		errs = append(errs, errors.New("database-url, kafka-brokers, topic and slot are required"))
+	if c.DatabaseURL == "" || c.KafkaBrokers == "" || c.Topic == "" || c.Slot == "" || c.DeadLetterTable == "" {
+		errs = append(errs, errors.New("database-url, kafka-brokers, topic, slot and dead-letter-table are required"))
 	}
 	for name := range c.Consumers {
 		if _, ok := effectChecks[name]; !ok {
@@ -133,6 +141,16 @@ type Report struct {
 	// audit.
 	UnpublishedPastGrace int `json:"unpublished_past_grace"`
 
+	// RelayDeadLettered counts events the relay dead-lettered (Kafka
+	// refused their records permanently; table cdc_dead_letters) that
+	// nobody replayed yet and that are not in the topic: no event is lost,
+	// but none of them is delivered until an operator fixes the cause and
+	// runs `eventforge outbox dead-letters replay`. It fails the audit.
+	RelayDeadLettered int `json:"relay_dead_lettered"`
+	// RelayReplayed counts the relay's dead letters that were replayed:
+	// their events are audited like any published event.
+	RelayReplayed int `json:"relay_replayed"`
+
 	// Unpublished counts outbox events not in Kafka yet while the slot has
 	// not confirmed past them (including those past the grace).
 	Unpublished int `json:"unpublished"`
@@ -160,10 +178,11 @@ type Report struct {
 }
 
 // OK reports whether the audit passed: no violation of the contract,
-// nothing unpublished beyond the grace, and a drained pipeline when the
-// audit was asked to wait for it.
+// nothing unpublished beyond the grace, no event waiting in the relay's
+// dead-letter table, and a drained pipeline when the audit was asked to
+// wait for it.
 func (r *Report) OK() bool {
-	return r.ContractKept() && r.UnpublishedPastGrace == 0 && r.Drained
+	return r.ContractKept() && r.UnpublishedPastGrace == 0 && r.RelayDeadLettered == 0 && r.Drained
 }
 
 // ContractKept reports whether the audit found no violation of the
@@ -188,6 +207,9 @@ func (r *Report) Failures() []string {
 		if c.n > 0 {
 			out = append(out, fmt.Sprintf("%s %d", c.what, c.n))
 		}
+	}
+	if r.RelayDeadLettered > 0 {
+		out = append(out, fmt.Sprintf("dead-lettered by the relay %d (replay with `%s` once the cause is fixed)", r.RelayDeadLettered, ReplayDeadLettersCommand))
 	}
 	if !r.Drained {
 		out = append(out, "the pipeline did not drain within --wait")

@@ -14,8 +14,9 @@ type verifyCmd struct {
 }
 
 // Run audits durable state and exits 1 when the delivery contract is
-// violated, when events stay unpublished beyond --grace, or when the
-// pipeline did not drain within --wait.
+// violated, when events stay unpublished beyond --grace, when events wait
+// in the relay's dead-letter table for `eventforge outbox dead-letters
+// replay`, or when the pipeline did not drain within --wait.
 func (c *verifyCmd) Run(env *runEnv) error {
 	rep, err := verify.Run(env.ctx, c.Config)
 	if err != nil {

@@ -183,8 +183,9 @@ func TestControlCharactersRefused(t *testing.T) {
 
 // TestRESTFormsOfTheDocument: the REST routes take what /openapi.json
 // declares, including where proto3 JSON is lenient (enum numbers, null for
-// an unset field, a cancel without a body), and refuse the other spellings
-// proto3 JSON would take (a 64-bit integer as a JSON number, "+5", "01").
+// an unset field, a cancel without a body, a 64-bit integer as a string or
+// a number), and refuse the other spellings proto3 JSON would take ("1e3",
+// 5.0, "+5", "01").
 func TestRESTFormsOfTheDocument(t *testing.T) {
 	s := startServer(t, testenv.New(t), nil)
 	item := func(price string) string {
@@ -208,7 +209,8 @@ func TestRESTFormsOfTheDocument(t *testing.T) {
 		{"page_size with a sign", "GET", "/v1/orders?page_size=%2B5", "", http.StatusBadRequest},
 		{"page_size with a leading zero", "GET", "/v1/orders?page_size=05", "", http.StatusBadRequest},
 		{"empty page_token", "GET", "/v1/orders?page_token=", "", http.StatusOK},
-		{"price as a JSON number", "POST", "/v1/orders", item(`5`), http.StatusBadRequest},
+		{"price as a JSON number", "POST", "/v1/orders", item(`5`), http.StatusOK},
+		{"price as a JSON number with a fraction", "POST", "/v1/orders", item(`5.0`), http.StatusBadRequest},
 		{"price with an exponent", "POST", "/v1/orders", item(`"1e3"`), http.StatusBadRequest},
 		{"camelCase field", "POST", "/v1/orders", `{"customerId":"c","currency":"EUR","items":[{"sku":"S","quantity":1}]}`, http.StatusBadRequest},
 		{"cancel with order_id in the body", "POST", "/v1/orders/" + orderID + ":cancel", `{"order_id":"` + orderID + `"}`, http.StatusBadRequest},
@@ -241,7 +243,7 @@ func TestRESTFormsOfTheDocument(t *testing.T) {
 			}
 		})
 	}
-	if c := counts(t, s.env); c.Orders != 1 || c.Outbox != 2 {
-		t.Fatalf("rows %+v, want the one order, its create and one cancel", c)
+	if c := counts(t, s.env); c.Orders != 2 || c.Outbox != 3 {
+		t.Fatalf("rows %+v, want two orders, their creates and one cancel", c)
 	}
 }

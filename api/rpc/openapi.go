@@ -21,7 +21,8 @@ import (
 // read from the same descriptors the server enforces them from: string
 // min_len/max_len/len/pattern/uuid become minLength/maxLength/pattern/format,
 // integer bounds minimum/maximum (and, for int64 fields, which JSON carries
-// as strings, a pattern of the decimal range), repeated min_items/max_items
+// as strings, a pattern of the decimal range; in a body, where the gateway
+// also takes a JSON number, the type ["string", "integer"]), repeated min_items/max_items
 // minItems/maxItems, and required a "required" entry. Request bodies get
 // additionalProperties: false, since unknown JSON fields are refused. CreateOrderRequest's
 // currency gets the enum of Currencies(). request_id is described as the
@@ -310,6 +311,11 @@ func intRules(schema map[string]any, m protoreflect.Message, jsonString bool) (e
 			return fmt.Errorf("int64 range [%d, %d] has no pattern form (negative bound)", lo, hi)
 		}
 		schema["pattern"] = rangePattern(uint64(lo), uint64(hi))
+		if _, param := schema["in"].(string); !param {
+			// proto3 JSON also reads a number (RESTMarshaler: one without
+			// fraction or exponent), which minimum and maximum bound.
+			schema["type"] = []any{"string", "integer"}
+		}
 	}
 	return err
 }

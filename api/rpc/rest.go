@@ -24,12 +24,13 @@ import (
 // (protojson's default), so a misspelt field is an error and not a silently
 // empty value.
 //
-// Request bodies are read in the one form /openapi.json describes, which
-// is stricter than the proto3 JSON mapping in three places a Swagger 2.0
-// schema cannot express: a 64-bit integer is only a JSON string of decimal
-// digits ("1999", not 1999 or "1e3"), a 32-bit integer only a JSON number
-// without fraction or exponent (2, not "2" or 2.0), and a field is named
-// only by its proto name (customer_id, not customerId). A field the route
+// Request bodies are read only in the forms /openapi.json describes, which
+// are narrower than the proto3 JSON mapping: a 64-bit integer is a JSON
+// string of decimal digits or a JSON number without fraction or exponent
+// ("1999" or 1999, not "1e3" or 1999.0; the document's type is
+// ["string", "integer"]), a 32-bit integer only such a JSON number (2, not
+// "2" or 2.0), and a field is named only by its proto name (customer_id,
+// not customerId). A field the route
 // takes from the URL path (CancelOrder's order_id) is refused in the body,
 // whose schema does not hold it.
 func RESTMarshaler() runtime.Marshaler {
@@ -185,8 +186,15 @@ func checkValueForm(v any, fd protoreflect.FieldDescriptor, name string) error {
 	switch fd.Kind() {
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
 		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		if s, ok := v.(string); !ok || !decimalInteger.MatchString(s) {
-			return fmt.Errorf("field %q: a 64-bit integer is a JSON string of decimal digits", name)
+		var text string
+		switch v := v.(type) {
+		case string:
+			text = v
+		case json.Number:
+			text = string(v)
+		}
+		if !decimalInteger.MatchString(text) {
+			return fmt.Errorf("field %q: a 64-bit integer is a string of decimal digits or a JSON number without fraction or exponent", name)
 		}
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Uint32Kind, protoreflect.Fixed32Kind:

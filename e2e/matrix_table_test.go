@@ -20,12 +20,12 @@ func TestWriteMatrixTable(t *testing.T) {
 		{window: "w1", passed: true, duration: 2 * time.Second, rep: rep, verified: true},
 		{window: "w1", passed: false, duration: 3 * time.Second},
 	}
-	if err := writeMatrixTable(doc, 2, results); err != nil {
+	if err := writeMatrixTable(doc, 2, "0123456789ab", results); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(doc)
 	s := string(got)
-	for _, want := range []string{"intro\n", "\noutro\n", "| w1 | 1/2 | 1 | 2 | 1 | 1 | 0 | 0 | 0 | 0 | 3 s |"} {
+	for _, want := range []string{"intro\n", "\noutro\n", "commit 0123456789ab (2 runs per window", "| w1 | 1/2 | 1 | 2 | 1 | 1 | 0 | 0 | 0 | 0 | 3 s |"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("table lacks %q:\n%s", want, s)
 		}
@@ -33,7 +33,7 @@ func TestWriteMatrixTable(t *testing.T) {
 	if strings.Contains(s, "old") {
 		t.Errorf("old table kept:\n%s", s)
 	}
-	if err := writeMatrixTable(filepath.Join(t.TempDir(), "missing.md"), 1, nil); err == nil {
+	if err := writeMatrixTable(filepath.Join(t.TempDir(), "missing.md"), 1, "0123456789ab", nil); err == nil {
 		t.Error("missing document accepted")
 	}
 }

@@ -218,7 +218,9 @@ func TestSessionDeadLetters(t *testing.T) {
 		if err := run(s, begin, insertWithHeaders("e1", `{}`), commit); err != nil {
 			t.Fatal(err)
 		}
-		<-s.failed
+		if err := <-s.failed; err == nil {
+			t.Fatal("the purged delivery was not reported as a failure")
+		}
 		if r.suspects.has("e1") || len(dead.ids()) != 0 {
 			t.Fatal("a purged record became a suspect or a dead letter")
 		}

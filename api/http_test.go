@@ -169,6 +169,10 @@ func TestControlCharactersRefused(t *testing.T) {
 			if fields := restFields(r.Body); len(fields) != 1 || fields[0] != tt.field {
 				t.Fatalf("violations %v, want [%s]: %s", fields, tt.field, r.Raw)
 			}
+			// The rule is described in words, never by its regular expression.
+			if strings.Contains(r.Raw, "regex") {
+				t.Fatalf("the violation quotes a regular expression instead of saying what is wrong: %s", r.Raw)
+			}
 			if c := counts(t, s.env); c != before {
 				t.Fatalf("rows %+v, want %+v", c, before)
 			}

@@ -31,6 +31,22 @@ const (
 	MaxPageSize = 200
 )
 
+// patternWords describes in words the patterns orders.proto declares, so a
+// client reads what is wrong rather than a regular expression. A pattern
+// missing here is reported by protovalidate's own message, which quotes it.
+var patternWords = map[string]string{
+	// Every free-text request string: no character of Unicode category Cc.
+	`^[^\x00-\x1F\x7F-\x9F]*$`: "must not contain control characters (U+0000 to U+001F, U+007F to U+009F)",
+	// currency (then checked against the ISO 4217 list).
+	`^[A-Z]{3}$`: "must be an ISO 4217 code of three upper-case letters, e.g. EUR",
+	// request_id / Idempotency-Key.
+	`^[!-~]*$`: "must hold printable ASCII characters only (! to ~, no space)",
+	// OrderItem.sku.
+	`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`: "must be a letter or digit followed by at most 63 letters, digits, '.', '_' or '-'",
+	// ListOrdersRequest.page_token.
+	`^([A-Za-z0-9_-]{66})?$`: "must be empty or a next_page_token this service returned",
+}
+
 // requests are the messages whose rules the service enforces.
 var requests = []proto.Message{
 	&eventforgev1.CreateOrderRequest{},
@@ -65,6 +81,11 @@ func checkRules(msg proto.Message) ([]*errdetails.BadRequest_FieldViolation, err
 	for _, viol := range verr.Violations {
 		field := protovalidate.FieldPathString(viol.Proto.GetField())
 		desc := viol.Proto.GetMessage()
+		if viol.Proto.GetRuleId() == "string.pattern" && viol.RuleValue.IsValid() {
+			if words, ok := patternWords[viol.RuleValue.String()]; ok {
+				desc = words
+			}
+		}
 		if prev, ok := byField[field]; ok {
 			prev.Description += "; " + desc
 			continue

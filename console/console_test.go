@@ -313,3 +313,16 @@ func TestLocalAddrIsServerAddr(t *testing.T) {
 		t.Fatalf("local addr %s, server %s", got, srv.URL)
 	}
 }
+
+// TestVerifyConfigIsValid: the auditor the drills run gets a configuration
+// it accepts, with every consumer of the console's default pipeline.
+func TestVerifyConfigIsValid(t *testing.T) {
+	c := newTestConsole(DefaultConfig(), nil, nil)
+	cfg := c.verifyConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the drills' verify config is refused: %v", err)
+	}
+	if len(cfg.Consumers) == 0 || len(cfg.Consumers) != len(c.cfg.Consumers) {
+		t.Fatalf("verify audits consumers %v, the console has %v", cfg.Consumers, c.cfg.Consumers)
+	}
+}

@@ -757,8 +757,9 @@ func (c *Console) orderRecords(ctx context.Context, orderID string) ([]traceReco
 // verifyConfig is the auditor's view of the console's pipeline: only the
 // consumers the auditor knows.
 func (c *Console) verifyConfig() verify.Config {
-	cfg := verify.Config{DatabaseURL: c.cfg.DatabaseURL, KafkaBrokers: c.cfg.KafkaBrokers, Topic: c.cfg.Topic,
-		DLQTopic: c.cfg.dlqTopic(), Slot: c.cfg.Slot, Consumers: map[string]string{}}
+	cfg := verify.DefaultConfig()
+	cfg.DatabaseURL, cfg.KafkaBrokers, cfg.Topic = c.cfg.DatabaseURL, c.cfg.KafkaBrokers, c.cfg.Topic
+	cfg.DLQTopic, cfg.Slot, cfg.Consumers = c.cfg.dlqTopic(), c.cfg.Slot, map[string]string{}
 	for name, group := range c.cfg.Consumers {
 		one := cfg
 		one.Consumers = map[string]string{name: group}

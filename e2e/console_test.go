@@ -148,8 +148,9 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	}
 
-	cfg := verify.Config{DatabaseURL: env.DatabaseURL, KafkaBrokers: env.Endpoints.KafkaBootstrap, Topic: env.Topic, Slot: env.Slot,
-		Consumers: map[string]string{"fulfillment": env.Group}}
+	cfg := verify.DefaultConfig()
+	cfg.DatabaseURL, cfg.KafkaBrokers, cfg.Topic, cfg.Slot = env.DatabaseURL, env.Endpoints.KafkaBootstrap, env.Topic, env.Slot
+	cfg.Consumers = map[string]string{"fulfillment": env.Group}
 	audit := func(orderID string) *verify.OrderReport {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -235,6 +235,7 @@ func stopPostgres(ctx context.Context, l layout, log *slog.Logger) error {
 		return err
 	}
 	begin := time.Now()
+	procs := append(children(pid), pid)
 	cmd := owner.command(ctx, l.pgDir, pgBin+"/pg_ctl",
 		"-D", l.pgData, "-m", "fast", "-w", "-t", strconv.Itoa(int(pgStartTimeout.Seconds())), "stop")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -242,6 +243,13 @@ func stopPostgres(ctx context.Context, l layout, log *slog.Logger) error {
 			return nil
 		}
 		return fmt.Errorf("stopping postgres (pid %d): %w\n%s", pid, err, lastLines(string(out), 10))
+	}
+	// pg_ctl returns once the pid file is gone; the postmaster may still be
+	// exiting and its logger follows it out. Stopped means no process left.
+	for _, p := range procs {
+		if !waitGone(ctx, p, 10*time.Second) {
+			return fmt.Errorf("stopping postgres: pid %d (%s) still exists 10 s after the server stopped", p, cmdline(p))
+		}
 	}
 	log.Info("postgres stopped", "pid", pid, "elapsed_ms", time.Since(begin).Milliseconds())
 	return nil

@@ -168,6 +168,15 @@ func TestSessionDeadLetters(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("a refused batch did not end the session")
 		}
+		// The session ended on the first report; the reader's session end
+		// waits for the rest of the batch's reports (the flush), after
+		// which both records are suspects.
+		testenv.Eventually(t, 10*time.Second, "both refused records suspects", func() error {
+			if !r.suspects.has("innocent") || !r.suspects.has("culprit") {
+				return errors.New("the batch's second report has not arrived")
+			}
+			return nil
+		})
 		if got := s1.tracker.Confirmable(); got != 100 {
 			t.Fatalf("confirmable %s after a refused batch, want 100", got)
 		}

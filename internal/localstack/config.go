@@ -1,7 +1,9 @@
 // Package localstack starts and stops the real services EventForge runs
-// against on one machine: a private PostgreSQL 15 cluster with logical
-// decoding and a single-node Apache Kafka 4 broker (KRaft), both listening on
-// loopback and keeping all their state under one directory.
+// against on one machine: a private PostgreSQL cluster (15 by default; 16, 17
+// or 18 on request) with logical decoding and a single-node Apache Kafka 4
+// broker (KRaft), both listening on loopback and keeping all their state
+// under one directory. Each PostgreSQL major version has its own cluster in
+// the state dir; they share the broker.
 //
 // Up is idempotent and serialised by a file lock in the state dir, so tests
 // in several processes may call it at once: the first starts what is missing,
@@ -18,6 +20,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/eventforge/eventforge/internal/pgbin"
 )
 
 // Defaults of Config.
@@ -25,7 +29,14 @@ const (
 	// StateDirEnv names the environment variable that overrides the default
 	// state dir.
 	StateDirEnv = "EVENTFORGE_STATE_DIR"
-	// DefaultPGPort is the PostgreSQL port.
+	// PGVersionEnv names the environment variable that sets the default
+	// PostgreSQL major version.
+	PGVersionEnv = "EVENTFORGE_PG_VERSION"
+	// DefaultPGVersion is the PostgreSQL major version when neither
+	// Config.PGVersion nor $EVENTFORGE_PG_VERSION says otherwise.
+	DefaultPGVersion = pgbin.DefaultMajor
+	// DefaultPGPort is the PostgreSQL port of DefaultPGVersion; other
+	// versions default to DefaultPGPortFor.
 	DefaultPGPort = 54329
 	// DefaultKafkaPort is the Kafka client (PLAINTEXT) port.
 	DefaultKafkaPort = 19092
@@ -58,8 +69,21 @@ type Config struct {
 	// checkout's absolute path>. Every parent must be traversable by the
 	// postgres system user when running as root.
 	StateDir string
-	// PGPort is the PostgreSQL port on 127.0.0.1. Default 54329.
+	// PGVersion is the PostgreSQL major version: 15 (Debian's package), 16,
+	// 17 or 18 (pinned npm packages, see internal/pgbin). Each version has
+	// its own data dir in the state dir. Default: $EVENTFORGE_PG_VERSION,
+	// else 15.
+	PGVersion int
+	// PGPort is the PostgreSQL port on 127.0.0.1. Default
+	// DefaultPGPortFor(PGVersion): 54329 for 15, 54300+N for N≥16, so that
+	// the versions of one state dir can run side by side.
 	PGPort int
+	// PGSettings are postgresql.conf lines appended to the stack's settings
+	// (deploy/local/postgresql.conf), rewritten at every start.
+	PGSettings []string
+	// PostgresOnly starts PostgreSQL without Kafka: Up neither starts a
+	// broker nor creates topics, and Endpoints.KafkaBootstrap is empty.
+	PostgresOnly bool
 	// KafkaPort is the Kafka client port on 127.0.0.1. Default 19092.
 	KafkaPort int
 	// KafkaControllerPort is the KRaft controller port on 127.0.0.1.
@@ -89,8 +113,11 @@ func (c Config) withDefaults() Config {
 	if c.StateDir == "" {
 		c.StateDir = defaultStateDir()
 	}
+	if c.PGVersion == 0 {
+		c.PGVersion = pgVersionFromEnv()
+	}
 	if c.PGPort == 0 {
-		c.PGPort = DefaultPGPort
+		c.PGPort = DefaultPGPortFor(c.PGVersion)
 	}
 	if c.KafkaPort == 0 {
 		c.KafkaPort = DefaultKafkaPort
@@ -104,13 +131,42 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultPGPortFor returns the default PostgreSQL port of a major version:
+// DefaultPGPort for 15, 54300+major otherwise (54316, 54317, 54318).
+func DefaultPGPortFor(major int) int {
+	if major == DefaultPGVersion {
+		return DefaultPGPort
+	}
+	return 54300 + major
+}
+
+// pgVersionFromEnv returns $EVENTFORGE_PG_VERSION, DefaultPGVersion when it
+// is unset, or -1 when it is not a number (Validate reports it).
+func pgVersionFromEnv() int {
+	s := os.Getenv(PGVersionEnv)
+	if s == "" {
+		return DefaultPGVersion
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v <= 0 {
+		return -1
+	}
+	return v
+}
+
 // Validate reports the first problem of a configuration whose defaults are
 // filled in.
 func (c Config) Validate() error {
 	if !filepath.IsAbs(c.StateDir) {
 		return fmt.Errorf("state dir %q is not an absolute path", c.StateDir)
 	}
-	if sock := filepath.Join(newLayout(c.StateDir).pgRun, ".s.PGSQL."+strconv.Itoa(c.PGPort)); len(sock) > maxSocketPath {
+	if !pgbin.IsSupported(c.PGVersion) {
+		if c.PGVersion < 0 {
+			return fmt.Errorf("%s=%q is not a PostgreSQL major version (supported: %v)", PGVersionEnv, os.Getenv(PGVersionEnv), pgbin.Supported())
+		}
+		return fmt.Errorf("postgresql %d is not supported (supported: %v)", c.PGVersion, pgbin.Supported())
+	}
+	if sock := filepath.Join(newLayoutFor(c.StateDir, c.PGVersion).pgRun, ".s.PGSQL."+strconv.Itoa(c.PGPort)); len(sock) > maxSocketPath {
 		return fmt.Errorf("state dir %q is too long: the socket path %s exceeds %d bytes", c.StateDir, sock, maxSocketPath)
 	}
 	ports := []struct {
@@ -185,6 +241,8 @@ type Endpoints struct {
 	PostgresDSN string
 	// AdminDSN connects as the superuser postgres to the database postgres.
 	AdminDSN string
+	// PGVersion is the PostgreSQL major version of the server.
+	PGVersion int
 	// KafkaBootstrap is the broker's host:port.
 	KafkaBootstrap string
 }
@@ -196,6 +254,7 @@ func (c Config) endpoints(adminPassword string) Endpoints {
 	return Endpoints{
 		PostgresDSN:    pgDSN(host, appUser, appPassword, appDatabase),
 		AdminDSN:       pgDSN(host, adminUser, adminPassword, "postgres"),
+		PGVersion:      c.PGVersion,
 		KafkaBootstrap: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.KafkaPort)),
 	}
 }

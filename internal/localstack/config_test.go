@@ -2,14 +2,16 @@ package localstack
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 func TestDefaultConfig(t *testing.T) {
 	t.Setenv(StateDirEnv, "/var/tmp/ef-env")
+	t.Setenv(PGVersionEnv, "")
 	c := DefaultConfig()
-	if c.StateDir != "/var/tmp/ef-env" || c.PGPort != 54329 || c.KafkaPort != 19092 || c.KafkaControllerPort != 19093 {
+	if c.StateDir != "/var/tmp/ef-env" || c.PGVersion != 15 || c.PGPort != 54329 || c.KafkaPort != 19092 || c.KafkaControllerPort != 19093 {
 		t.Errorf("DefaultConfig() = %+v", c)
 	}
 	if len(c.Topics) != 1 || c.Topics[0] != (TopicSpec{Name: "eventforge.orders", Partitions: 6}) {
@@ -27,6 +29,54 @@ func TestDefaultConfig(t *testing.T) {
 	empty := Config{Topics: []TopicSpec{}}.withDefaults()
 	if len(empty.Topics) != 0 {
 		t.Errorf("explicit empty topics became %+v", empty.Topics)
+	}
+}
+
+func TestPGVersionDefaults(t *testing.T) {
+	tests := []struct {
+		env      string
+		cfg      Config
+		wantVer  int
+		wantPort int
+		wantErr  string
+	}{
+		{"", Config{}, 15, 54329, ""},
+		{"17", Config{}, 17, 54317, ""},
+		{"16", Config{}, 16, 54316, ""},
+		{"18", Config{}, 18, 54318, ""},
+		{"18", Config{PGVersion: 15}, 15, 54329, ""},
+		{"", Config{PGVersion: 17, PGPort: 6000}, 17, 6000, ""},
+		{"14", Config{}, 14, 54314, "postgresql 14 is not supported"},
+		{"seventeen", Config{}, -1, 54299, `EVENTFORGE_PG_VERSION="seventeen" is not a PostgreSQL major version`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env+"/"+strconv.Itoa(tt.cfg.PGVersion), func(t *testing.T) {
+			t.Setenv(PGVersionEnv, tt.env)
+			tt.cfg.StateDir = "/var/tmp/x"
+			c := tt.cfg.withDefaults()
+			if c.PGVersion != tt.wantVer || c.PGPort != tt.wantPort {
+				t.Errorf("version %d port %d, want %d %d", c.PGVersion, c.PGPort, tt.wantVer, tt.wantPort)
+			}
+			err := c.Validate()
+			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestLayoutPerVersion(t *testing.T) {
+	if got := newLayoutFor("/var/tmp/s", 15).pgData; got != "/var/tmp/s/pg/data" {
+		t.Errorf("15 data dir = %s, want the layout stacks already have", got)
+	}
+	l := newLayoutFor("/var/tmp/s", 17)
+	for _, p := range []string{l.pgData, l.pgRun, l.pgLog, l.pgCtlLog, l.pgReady, l.pgPwFile, l.pgHBA, l.pgPIDFile, l.pgVersionFn} {
+		if !strings.HasPrefix(p, "/var/tmp/s/pg17/") {
+			t.Errorf("17: %s is outside /var/tmp/s/pg17", p)
+		}
+	}
+	if l.kafkaData != newLayout("/var/tmp/s").kafkaData || l.adminPassword != "/var/tmp/s/admin.password" {
+		t.Error("versions do not share the broker and the admin password")
 	}
 }
 
@@ -71,6 +121,7 @@ func TestRepoRoot(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Setenv(PGVersionEnv, "")
 	ok := Config{StateDir: "/var/tmp/x"}.withDefaults()
 	tests := []struct {
 		name    string
@@ -104,7 +155,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestEndpoints(t *testing.T) {
-	c := Config{StateDir: "/var/tmp/x", PGPort: 5555, KafkaPort: 9999}.withDefaults()
+	c := Config{StateDir: "/var/tmp/x", PGVersion: 17, PGPort: 5555, KafkaPort: 9999}.withDefaults()
 	tests := []struct {
 		name     string
 		password string
@@ -114,11 +165,13 @@ func TestEndpoints(t *testing.T) {
 			PostgresDSN:    "postgres://eventforge:eventforge@127.0.0.1:5555/eventforge?sslmode=disable",
 			AdminDSN:       "postgres://postgres:s3cret@127.0.0.1:5555/postgres?sslmode=disable",
 			KafkaBootstrap: "127.0.0.1:9999",
+			PGVersion:      17,
 		}},
 		{"before the cluster exists", "", Endpoints{
 			PostgresDSN:    "postgres://eventforge:eventforge@127.0.0.1:5555/eventforge?sslmode=disable",
 			AdminDSN:       "postgres://postgres@127.0.0.1:5555/postgres?sslmode=disable",
 			KafkaBootstrap: "127.0.0.1:9999",
+			PGVersion:      17,
 		}},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,9 @@
 package localstack
 
-import "path/filepath"
+import (
+	"path/filepath"
+	"strconv"
+)
 
 // layout names every file and directory the stack keeps under its state dir.
 type layout struct {
@@ -30,6 +33,46 @@ type layout struct {
 	kafkaProps  string
 	kafkaLog4j  string
 	kafkaFormat string // marker in kafkaData written by StorageTool
+}
+
+// newLayoutFor is the layout of root with the cluster of a PostgreSQL major
+// version: <root>/pg for 15 (the layout older stacks already have),
+// <root>/pg<N> for the others.
+func newLayoutFor(root string, major int) layout {
+	l := newLayout(root)
+	if major != DefaultPGVersion {
+		l = l.withPGDir(filepath.Join(root, "pg"+strconv.Itoa(major)))
+	}
+	return l
+}
+
+// withPGDir returns l with its PostgreSQL files under dir.
+func (l layout) withPGDir(pg string) layout {
+	data := filepath.Join(pg, "data")
+	l.pgDir = pg
+	l.pgData = data
+	l.pgRun = filepath.Join(pg, "run")
+	l.pgLog = filepath.Join(pg, "log")
+	l.pgCtlLog = filepath.Join(pg, "pg_ctl.log")
+	l.pgReady = filepath.Join(pg, "initialized")
+	l.pgPwFile = filepath.Join(pg, "pwfile")
+	l.pgHBA = filepath.Join(data, "pg_hba.conf")
+	l.pgPIDFile = filepath.Join(data, "postmaster.pid")
+	l.pgVersionFn = filepath.Join(data, "PG_VERSION")
+	return l
+}
+
+// pgDirs returns every PostgreSQL directory under root (<root>/pg*: each
+// version's cluster and standbys), whether or not it runs.
+func pgDirs(root string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(root, "pg*"))
+	var out []string
+	for _, d := range dirs {
+		if fileExists(filepath.Join(d, "data")) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func newLayout(root string) layout {

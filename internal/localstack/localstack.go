@@ -2,6 +2,7 @@ package localstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/eventforge/eventforge/internal/pgbin"
 )
 
 // Result is what Up did.
@@ -25,7 +28,9 @@ type Result struct {
 // Up makes sure PostgreSQL and Kafka run for cfg and the configured topics
 // exist. Zero fields of cfg take their defaults. Missing system packages
 // (PostgreSQL 15 server, Java 17+, Maven) are installed with apt-get when the
-// process is root; otherwise the error names the command to run. It is idempotent, and safe to call from several processes at
+// process is root; otherwise the error names the command to run. The server
+// programs of PostgreSQL 16–18 are installed on first use (internal/pgbin).
+// It is idempotent, and safe to call from several processes at
 // once: callers are serialised by a lock in the state dir. The services keep
 // running after the calling process exits; Down stops them.
 func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
@@ -34,7 +39,7 @@ func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, fmt.Errorf("validating local stack config: %w", err)
 	}
-	l := newLayout(cfg.StateDir)
+	l := newLayoutFor(cfg.StateDir, cfg.PGVersion)
 	log = log.With("state_dir", cfg.StateDir)
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("creating state dir: %w", err)
@@ -49,6 +54,10 @@ func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("checking prerequisites: %w", err)
 	}
+	dist, err := pgbin.Ensure(ctx, cfg.PGVersion, "", log)
+	if err != nil {
+		return Result{}, fmt.Errorf("finding postgresql %d: %w", cfg.PGVersion, err)
+	}
 
 	// Refuse before starting anything when a port is taken by a stranger.
 	if !alive(readPID(l.pgPIDFile)) {
@@ -56,7 +65,7 @@ func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			return Result{}, fmt.Errorf("starting postgres: %w", err)
 		}
 	}
-	if kafkaPID(l) == 0 {
+	if !cfg.PostgresOnly && kafkaPID(l) == 0 {
 		if err := kafkaPortsFree(cfg, l); err != nil {
 			return Result{}, fmt.Errorf("starting kafka: %w", err)
 		}
@@ -65,21 +74,23 @@ func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	var res Result
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		started, err := upPostgres(gctx, cfg, l, log)
+		started, err := upPostgres(gctx, cfg, l, dist, log)
 		res.StartedPostgres = started
 		if err != nil {
 			return fmt.Errorf("starting postgres: %w", err)
 		}
 		return nil
 	})
-	g.Go(func() error {
-		started, err := upKafka(gctx, cfg, l, t, log)
-		res.StartedKafka = started
-		if err != nil {
-			return fmt.Errorf("starting kafka: %w", err)
-		}
-		return nil
-	})
+	if !cfg.PostgresOnly {
+		g.Go(func() error {
+			started, err := upKafka(gctx, cfg, l, t, log)
+			res.StartedKafka = started
+			if err != nil {
+				return fmt.Errorf("starting kafka: %w", err)
+			}
+			return nil
+		})
+	}
 	if err := g.Wait(); err != nil {
 		return res, err
 	}
@@ -88,19 +99,22 @@ func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, err
 	}
 	res.Endpoints = cfg.endpoints(pw)
-	if err := ensureTopics(ctx, res.KafkaBootstrap, cfg.Topics, log); err != nil {
+	if cfg.PostgresOnly {
+		res.KafkaBootstrap = ""
+	} else if err := ensureTopics(ctx, res.KafkaBootstrap, cfg.Topics, log); err != nil {
 		return res, fmt.Errorf("ensuring topics: %w", err)
 	}
 	log.Info("local stack up",
-		"pg_port", cfg.PGPort, "kafka_bootstrap", res.KafkaBootstrap,
+		"pg_version", cfg.PGVersion, "pg_port", cfg.PGPort, "kafka_bootstrap", res.KafkaBootstrap,
 		"started_postgres", res.StartedPostgres, "started_kafka", res.StartedKafka,
 		"elapsed_ms", time.Since(begin).Milliseconds())
 	return res, nil
 }
 
-// Down stops Kafka (SIGTERM, then SIGKILL after 30 s) and PostgreSQL (fast
-// shutdown) of cfg's state dir. Services that are not running are no error.
-// State is kept: the next Up starts from it.
+// Down stops Kafka (SIGTERM, then SIGKILL after 30 s) and every PostgreSQL
+// server of cfg's state dir, whatever its version (fast shutdown), standbys
+// included. Services that are not running are no error. State is kept: the
+// next Up starts from it.
 func Down(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -117,11 +131,14 @@ func Down(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer unlock()
 	kerr := stopKafka(ctx, l, log)
-	perr := stopPostgres(ctx, l, log)
+	var perrs []error
+	for _, dir := range pgDirs(cfg.StateDir) {
+		perrs = append(perrs, stopPostgres(ctx, l.withPGDir(dir), log))
+	}
 	if kerr != nil {
 		return kerr
 	}
-	return perr
+	return errors.Join(perrs...)
 }
 
 // StatusReport describes the stack of one state dir.
@@ -129,7 +146,8 @@ type StatusReport struct {
 	Endpoints
 	// StateDir is the directory the stack keeps its state in.
 	StateDir string
-	// Postgres is the PostgreSQL server (the postmaster process).
+	// Postgres is the PostgreSQL server of the configured version (the
+	// postmaster process); Endpoints.PGVersion names the version.
 	Postgres ServiceStatus
 	// Kafka is the broker process.
 	Kafka ServiceStatus
@@ -155,7 +173,7 @@ func Status(ctx context.Context, cfg Config) (StatusReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return StatusReport{}, fmt.Errorf("validating local stack config: %w", err)
 	}
-	l := newLayout(cfg.StateDir)
+	l := newLayoutFor(cfg.StateDir, cfg.PGVersion)
 	pw, _ := os.ReadFile(l.adminPassword)
 	rep := StatusReport{
 		Endpoints: cfg.endpoints(strings.TrimSpace(string(pw))),
@@ -163,7 +181,7 @@ func Status(ctx context.Context, cfg Config) (StatusReport, error) {
 		Postgres:  ServiceStatus{LogFile: l.pgLog + "/postgresql.log"},
 		Kafka:     ServiceStatus{LogFile: l.kafkaLogs + "/server.log"},
 	}
-	if pid := readPID(l.pgPIDFile); alive(pid) {
+	if pid := readPID(l.pgPIDFile); isPostmasterOf(pid, l) {
 		rep.Postgres.PID = pid
 		rep.Postgres.RSSBytes = rssBytes(pid)
 		rep.Postgres.Running = pingPG(ctx, rep.AdminDSN) == nil

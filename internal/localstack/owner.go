@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/eventforge/eventforge/internal/pgbin"
 )
 
 // pgOwner is the operating-system user that owns the PostgreSQL data dir and
@@ -53,6 +55,14 @@ func (o pgOwner) command(ctx context.Context, dir, name string, args ...string) 
 		cmd = exec.CommandContext(ctx, name, args...)
 	}
 	cmd.Dir = dir
+	return cmd
+}
+
+// pgCommand builds a command that runs the PostgreSQL program prog of d as
+// the owner in dir, with the libraries d needs.
+func (o pgOwner) pgCommand(ctx context.Context, d pgbin.Dist, dir, prog string, args ...string) *exec.Cmd {
+	cmd := o.command(ctx, dir, d.Path(prog), args...)
+	cmd.Env = d.Env()
 	return cmd
 }
 

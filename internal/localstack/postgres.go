@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/template"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/eventforge/eventforge/deploy/local"
+	"github.com/eventforge/eventforge/internal/pgbin"
 )
 
 const (
@@ -28,12 +30,14 @@ const (
 	// pgAnswerTimeout bounds the wait for a running server to accept
 	// connections.
 	pgAnswerTimeout = 30 * time.Second
+	// pgStopTimeout bounds a fast shutdown.
+	pgStopTimeout = 120 * time.Second
 )
 
 // upPostgres creates the cluster on first use, starts it unless it already
 // runs, and ensures the application role and database exist. It reports
 // whether it started the server.
-func upPostgres(ctx context.Context, cfg Config, l layout, log *slog.Logger) (bool, error) {
+func upPostgres(ctx context.Context, cfg Config, l layout, dist pgbin.Dist, log *slog.Logger) (bool, error) {
 	owner, err := currentPGOwner()
 	if err != nil {
 		return false, err
@@ -51,9 +55,12 @@ func upPostgres(ctx context.Context, cfg Config, l layout, log *slog.Logger) (bo
 		return false, err
 	}
 	if !fileExists(l.pgReady) {
-		if err := initCluster(ctx, l, owner, password, log); err != nil {
+		if err := initCluster(ctx, l, owner, dist, password, log); err != nil {
 			return false, fmt.Errorf("creating postgres cluster in %s: %w", l.pgData, err)
 		}
+	}
+	if err := checkDataVersion(l, cfg.PGVersion); err != nil {
+		return false, err
 	}
 	ep := cfg.endpoints(password)
 
@@ -66,7 +73,7 @@ func upPostgres(ctx context.Context, cfg Config, l layout, log *slog.Logger) (bo
 		}
 		log.Info("postgres already running", "pid", pid, "pg_port", cfg.PGPort)
 	} else {
-		if err := startPostgres(ctx, cfg, l, owner, log); err != nil {
+		if err := startPostgres(ctx, cfg, l, owner, dist, log); err != nil {
 			return false, err
 		}
 		started = true
@@ -104,7 +111,7 @@ func adminPassword(l layout) (string, error) {
 // initCluster runs initdb and installs the stack's pg_hba.conf and the
 // include of its settings. A half-made data dir from an interrupted run is
 // removed first.
-func initCluster(ctx context.Context, l layout, owner pgOwner, password string, log *slog.Logger) error {
+func initCluster(ctx context.Context, l layout, owner pgOwner, dist pgbin.Dist, password string, log *slog.Logger) error {
 	begin := time.Now()
 	if err := os.RemoveAll(l.pgData); err != nil {
 		return fmt.Errorf("removing incomplete data dir: %w", err)
@@ -113,7 +120,7 @@ func initCluster(ctx context.Context, l layout, owner pgOwner, password string, 
 		return err
 	}
 	defer os.Remove(l.pgPwFile)
-	cmd := owner.command(ctx, l.pgDir, pgBin+"/initdb",
+	cmd := owner.pgCommand(ctx, dist, l.pgDir, "initdb",
 		"-D", l.pgData,
 		"-U", adminUser,
 		"--pwfile="+l.pgPwFile,
@@ -145,12 +152,33 @@ func initCluster(ctx context.Context, l layout, owner pgOwner, password string, 
 	if err := os.WriteFile(l.pgReady, nil, 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", l.pgReady, err)
 	}
-	log.Info("postgres cluster created", "data_dir", l.pgData, "elapsed_ms", time.Since(begin).Milliseconds())
+	log.Info("postgres cluster created", "data_dir", l.pgData, "pg_version", dist.Major, "source", dist.Source,
+		"elapsed_ms", time.Since(begin).Milliseconds())
 	return nil
 }
 
-// renderPGConf renders deploy/local/postgresql.conf for cfg.
+// checkDataVersion reports an error when the data dir of l was made by
+// another major version than want.
+func checkDataVersion(l layout, want int) error {
+	b, err := os.ReadFile(l.pgVersionFn)
+	if err != nil {
+		return fmt.Errorf("reading the data dir's version: %w", err)
+	}
+	if got := strings.TrimSpace(string(b)); got != strconv.Itoa(want) {
+		return fmt.Errorf("data dir %s belongs to PostgreSQL %s, not %d: remove %s to start over", l.pgData, got, want, l.pgDir)
+	}
+	return nil
+}
+
+// renderPGConf renders deploy/local/postgresql.conf for cfg, followed by
+// cfg.PGSettings.
 func renderPGConf(cfg Config, l layout) ([]byte, error) {
+	return renderPGConfAt(cfg.PGPort, l, cfg.PGSettings)
+}
+
+// renderPGConfAt renders deploy/local/postgresql.conf for a server of l on
+// port, followed by the extra lines.
+func renderPGConfAt(port int, l layout, extra []string) ([]byte, error) {
 	src, err := local.Files.ReadFile("postgresql.conf")
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded postgresql.conf: %w", err)
@@ -161,12 +189,18 @@ func renderPGConf(cfg Config, l layout) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	err = tmpl.Execute(&b, map[string]string{
-		"Port":      strconv.Itoa(cfg.PGPort),
+		"Port":      strconv.Itoa(port),
 		"SocketDir": l.pgRun,
 		"LogDir":    l.pgLog,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rendering postgresql.conf: %w", err)
+	}
+	if len(extra) > 0 {
+		b.WriteString("\n# Settings of this stack (Config.PGSettings) or server.\n")
+		for _, line := range extra {
+			b.WriteString(line + "\n")
+		}
 	}
 	return b.Bytes(), nil
 }
@@ -181,7 +215,7 @@ func pgPortFree(cfg Config, l layout) error {
 
 // startPostgres writes the current settings and starts the server, waiting
 // until it accepts connections.
-func startPostgres(ctx context.Context, cfg Config, l layout, owner pgOwner, log *slog.Logger) error {
+func startPostgres(ctx context.Context, cfg Config, l layout, owner pgOwner, dist pgbin.Dist, log *slog.Logger) error {
 	if err := pgPortFree(cfg, l); err != nil {
 		return err
 	}
@@ -189,6 +223,13 @@ func startPostgres(ctx context.Context, cfg Config, l layout, owner pgOwner, log
 	if err != nil {
 		return err
 	}
+	return startServer(ctx, cfg.PGPort, l, owner, dist, conf, log)
+}
+
+// startServer writes conf as the data dir's included settings and starts
+// the server of l with pg_ctl, waiting until it accepts connections (a hot
+// standby: until it reached a consistent state).
+func startServer(ctx context.Context, port int, l layout, owner pgOwner, dist pgbin.Dist, conf []byte, log *slog.Logger) error {
 	if err := owner.writeFile(l.pgData+"/"+l.pgConfName, conf, 0o600); err != nil {
 		return err
 	}
@@ -200,7 +241,7 @@ func startPostgres(ctx context.Context, cfg Config, l layout, owner pgOwner, log
 	}
 	begin := time.Now()
 	for attempt := 1; ; attempt++ {
-		cmd := owner.command(ctx, l.pgDir, pgBin+"/pg_ctl",
+		cmd := owner.pgCommand(ctx, dist, l.pgDir, "pg_ctl",
 			"-D", l.pgData,
 			"-l", l.pgCtlLog,
 			"-w", "-t", strconv.Itoa(int(pgStartTimeout.Seconds())),
@@ -218,41 +259,67 @@ func startPostgres(ctx context.Context, cfg Config, l layout, owner pgOwner, log
 		err = fmt.Errorf("running pg_ctl start: %w\n%s", err, lastLines(string(out), 10))
 		return withLogs(err, l.pgCtlLog, l.pgLog+"/postgresql.log")
 	}
-	log.Info("postgres started", "pid", readPID(l.pgPIDFile), "pg_port", cfg.PGPort,
+	log.Info("postgres started", "pid", readPID(l.pgPIDFile), "pg_port", port, "pg_version", dist.Major,
 		"data_dir", l.pgData, "log_file", l.pgLog+"/postgresql.log", "elapsed_ms", time.Since(begin).Milliseconds())
 	return nil
 }
 
-// stopPostgres stops the server with a fast shutdown; it does nothing when
-// the server is not running.
+// stopPostgres stops the server of l with a fast shutdown (SIGINT to the
+// postmaster, as pg_ctl stop -m fast sends, so it needs no programs of the
+// server's version) and waits until the postmaster and its children are
+// gone; it does nothing when the server is not running.
 func stopPostgres(ctx context.Context, l layout, log *slog.Logger) error {
 	pid := readPID(l.pgPIDFile)
-	if !alive(pid) {
-		return nil
-	}
-	owner, err := currentPGOwner()
-	if err != nil {
-		return err
+	if !isPostmasterOf(pid, l) {
+		return nil // not running, or the pid was reused by another process
 	}
 	begin := time.Now()
 	procs := append(children(pid), pid)
-	cmd := owner.command(ctx, l.pgDir, pgBin+"/pg_ctl",
-		"-D", l.pgData, "-m", "fast", "-w", "-t", strconv.Itoa(int(pgStartTimeout.Seconds())), "stop")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		if !alive(pid) {
-			return nil
-		}
-		return fmt.Errorf("stopping postgres (pid %d): %w\n%s", pid, err, lastLines(string(out), 10))
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stopping postgres (pid %d): %w", pid, err)
 	}
-	// pg_ctl returns once the pid file is gone; the postmaster may still be
-	// exiting and its logger follows it out. Stopped means no process left.
+	// Stopped means no process left: the postmaster waits for its backends
+	// and its logger follows it out.
 	for _, p := range procs {
-		if !waitGone(ctx, p, 10*time.Second) {
-			return fmt.Errorf("stopping postgres: pid %d (%s) still exists 10 s after the server stopped", p, cmdline(p))
+		timeout := 10 * time.Second
+		if p == pid {
+			timeout = pgStopTimeout
+		}
+		if !waitGone(ctx, p, timeout) {
+			return fmt.Errorf("stopping postgres: pid %d (%s) still exists %s after SIGINT", p, cmdline(p), timeout)
 		}
 	}
-	log.Info("postgres stopped", "pid", pid, "elapsed_ms", time.Since(begin).Milliseconds())
+	log.Info("postgres stopped", "pid", pid, "data_dir", l.pgData, "elapsed_ms", time.Since(begin).Milliseconds())
 	return nil
+}
+
+// isPostmasterOf reports whether pid is a live postmaster of l's data dir.
+func isPostmasterOf(pid int, l layout) bool {
+	if !alive(pid) {
+		return false
+	}
+	cl := cmdline(pid)
+	return strings.HasSuffix(cl, " -D "+l.pgData) || strings.Contains(cl, " -D "+l.pgData+" ")
+}
+
+// killPostgres SIGKILLs the postmaster of l and waits until it and every
+// child it had are gone (the children exit when they notice their
+// postmaster died). The data dir is left as a crash leaves it.
+func killPostgres(ctx context.Context, l layout) (int, error) {
+	pid := readPID(l.pgPIDFile)
+	if !isPostmasterOf(pid, l) {
+		return 0, fmt.Errorf("killing postgres of %s: it does not run", l.pgData)
+	}
+	procs := append(children(pid), pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return pid, fmt.Errorf("killing postgres (pid %d): %w", pid, err)
+	}
+	for _, p := range procs {
+		if !waitGone(ctx, p, 30*time.Second) {
+			return pid, fmt.Errorf("killing postgres: pid %d (%s) still exists 30 s after its postmaster was killed", p, cmdline(p))
+		}
+	}
+	return pid, nil
 }
 
 // pingPG connects to dsn and pings, within a short bound.

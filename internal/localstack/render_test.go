@@ -41,7 +41,7 @@ func TestRenderServerProperties(t *testing.T) {
 }
 
 func TestRenderPGConf(t *testing.T) {
-	cfg := Config{StateDir: "/var/tmp/s", PGPort: 45432}.withDefaults()
+	cfg := Config{StateDir: "/var/tmp/s", PGPort: 45432, PGVersion: 15, PGSettings: []string{"wal_sender_timeout = 5s"}}.withDefaults()
 	b, err := renderPGConf(cfg, newLayout(cfg.StateDir))
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +57,7 @@ func TestRenderPGConf(t *testing.T) {
 		"max_wal_senders = 20",
 		"max_connections = 300",
 		"fsync = on",
+		"wal_sender_timeout = 5s",
 	} {
 		if !strings.Contains(conf, "\n"+line+"\n") {
 			t.Errorf("postgresql.conf lacks %q", line)

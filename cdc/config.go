@@ -77,6 +77,15 @@ type Config struct {
 	// DeadLetterTable is the schema-qualified table that holds outbox
 	// events Kafka refuses permanently (created by `eventforge migrate`).
 	DeadLetterTable string `name:"dead-letter-table" help:"Schema-qualified table for events Kafka refuses permanently." default:"public.cdc_dead_letters"`
+	// CheckpointTable is the schema-qualified table where the reader keeps
+	// its slot checkpoint: the position it may confirm up to and the
+	// transaction below which every outbox row is published (created by
+	// `eventforge migrate`; gap.go).
+	CheckpointTable string `name:"checkpoint-table" help:"Schema-qualified table for the reader's slot checkpoint (gap recovery after a lost slot or a failover)." default:"public.cdc_checkpoints"`
+	// CheckpointInterval is how often the active reader records the
+	// transaction below which every outbox row is published; after a lost
+	// slot, rows from there on are republished.
+	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"How often to record which outbox rows are published (bounds what a lost slot republishes)." default:"10s"`
 	// ProducerSettings are librdkafka properties for the reader's producer
 	// (e.g. request.timeout.ms, socket.timeout.ms), applied after the
 	// reader's own; the properties the delivery contract rests on
@@ -100,26 +109,28 @@ var ProtectedProducerSettings = []string{
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:       "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
-		KafkaBrokers:      "127.0.0.1:19092",
-		Slot:              schema.Slot,
-		Publication:       schema.Publication,
-		OutboxTable:       "public.outbox",
-		DeadLetterTable:   "public.cdc_dead_letters",
-		Topics:            map[string]string{"order": "eventforge.orders"},
-		TopicFallback:     "eventforge.{aggregatetype}",
-		StatusInterval:    2 * time.Second,
-		ConfirmInterval:   100 * time.Millisecond,
-		FlushTimeout:      10 * time.Second,
-		MaxBackoff:        10 * time.Second,
-		HeartbeatInterval: 10 * time.Second,
-		MaxInflightEvents: 2500,
-		MaxInflightBytes:  16 << 20,
-		StandbyRetry:      time.Second,
-		UnhealthyAfter:    time.Minute,
-		OutboxRetention:   24 * time.Hour,
-		PruneInterval:     5 * time.Minute,
-		PruneBatch:        1000,
+		DatabaseURL:        "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		KafkaBrokers:       "127.0.0.1:19092",
+		Slot:               schema.Slot,
+		Publication:        schema.Publication,
+		OutboxTable:        "public.outbox",
+		DeadLetterTable:    "public.cdc_dead_letters",
+		CheckpointTable:    "public.cdc_checkpoints",
+		CheckpointInterval: 10 * time.Second,
+		Topics:             map[string]string{"order": "eventforge.orders"},
+		TopicFallback:      "eventforge.{aggregatetype}",
+		StatusInterval:     2 * time.Second,
+		ConfirmInterval:    100 * time.Millisecond,
+		FlushTimeout:       10 * time.Second,
+		MaxBackoff:         10 * time.Second,
+		HeartbeatInterval:  10 * time.Second,
+		MaxInflightEvents:  2500,
+		MaxInflightBytes:   16 << 20,
+		StandbyRetry:       time.Second,
+		UnhealthyAfter:     time.Minute,
+		OutboxRetention:    24 * time.Hour,
+		PruneInterval:      5 * time.Minute,
+		PruneBatch:         1000,
 	}
 }
 
@@ -140,6 +151,12 @@ func (c Config) Validate() error {
 	}
 	if _, _, ok := strings.Cut(c.DeadLetterTable, "."); !ok {
 		errs = append(errs, fmt.Errorf("dead-letter-table %q: want schema.table", c.DeadLetterTable))
+	}
+	if _, _, ok := strings.Cut(c.CheckpointTable, "."); !ok {
+		errs = append(errs, fmt.Errorf("checkpoint-table %q: want schema.table", c.CheckpointTable))
+	}
+	if c.CheckpointInterval <= 0 {
+		errs = append(errs, fmt.Errorf("checkpoint-interval %s: want > 0", c.CheckpointInterval))
 	}
 	if c.StatusInterval <= 0 || c.ConfirmInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 || c.UnhealthyAfter <= 0 {
 		errs = append(errs, errors.New("status-interval, confirm-interval, flush-timeout, max-backoff, heartbeat-interval, standby-retry and unhealthy-after must be positive"))

@@ -53,8 +53,8 @@ func (c *control) closed() bool {
 // streams, so a misconfiguration stops the process at start with a message
 // saying what to fix instead of surfacing late or never: wal_level, the
 // publication (it exists, publishes inserts and includes the outbox table),
-// the dead-letter table and an existing slot (plugin pgoutput, this database). It creates the slot
-// when it is missing and creation is allowed.
+// the dead-letter and checkpoint tables and an existing slot (plugin
+// pgoutput, this database).
 func checkServer(ctx context.Context, ctl *control, cfg Config, logger *slog.Logger) error {
 	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
 	return ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
@@ -107,16 +107,15 @@ func checkServer(ctx context.Context, ctl *control, cfg Config, logger *slog.Log
 		case database == nil || *database != db:
 			return permanent("replication slot %q belongs to another database, not %q (choose another --slot)", cfg.Slot, db)
 		}
-		if cfg.NoCreateSlot {
-			return nil
+		var checkpoints bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, cfg.CheckpointTable).Scan(&checkpoints); err != nil {
+			return fmt.Errorf("looking up checkpoint table %s: %w", cfg.CheckpointTable, err)
 		}
-		created, err := schema.EnsureSlot(ctx, conn, cfg.Slot)
-		if err != nil {
-			return err
+		if !checkpoints {
+			return permanent("checkpoint table %s does not exist; run `eventforge migrate` (or check --checkpoint-table)", cfg.CheckpointTable)
 		}
-		if created {
-			logger.Warn("created replication slot; outbox rows committed before this moment are not streamed (create the slot with `eventforge migrate` before the first order)")
-		}
+		// A missing slot is created, with its gap recovered, before the
+		// first session (gap.go).
 		return nil
 	})
 }

@@ -44,6 +44,18 @@ var (
 		Name: "eventforge_cdc_confirmed_lsn_bytes",
 		Help: "The LSN this process last confirmed to the slot, as a byte position; its rate is the confirmed-WAL throughput.",
 	}, []string{"slot"})
+	slotGap = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_cdc_slot_gap",
+		Help: "1 while the slot was found lost, invalidated or recreated and the outbox rows it may have skipped are not yet republished; 0 otherwise.",
+	}, []string{"slot"})
+	gapRecoveries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_cdc_gap_recoveries_total",
+		Help: "Slot gaps recovered: the slot was recreated and the outbox rows it may have skipped were republished.",
+	}, []string{"slot"})
+	gapRepublished = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_cdc_gap_republished_total",
+		Help: "Outbox events republished by gap recoveries (most are duplicates consumers skip).",
+	}, []string{"slot"})
 	activeGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_cdc_active",
 		Help: "1 while this process holds the replication slot and publishes, 0 otherwise.",
@@ -52,8 +64,8 @@ var (
 
 // slotMetrics are the reader's metrics bound to one slot label.
 type slotMetrics struct {
-	slotLag, retainedWAL, replicationLag, oldestAge, inflight, active, confirmedLSN prometheus.Gauge
-	published, errors, deadLettered                                                 prometheus.Counter
+	slotLag, retainedWAL, replicationLag, oldestAge, inflight, active, confirmedLSN, gap prometheus.Gauge
+	published, errors, deadLettered, gapRecoveries, gapRepublished                       prometheus.Counter
 }
 
 func newSlotMetrics(slot string) *slotMetrics {
@@ -68,6 +80,9 @@ func newSlotMetrics(slot string) *slotMetrics {
 		published:      eventsPublished.WithLabelValues(slot),
 		errors:         publishErrors.WithLabelValues(slot),
 		deadLettered:   deadLettered.WithLabelValues(slot),
+		gap:            slotGap.WithLabelValues(slot),
+		gapRecoveries:  gapRecoveries.WithLabelValues(slot),
+		gapRepublished: gapRepublished.WithLabelValues(slot),
 	}
 	m.active.Set(0)
 	return m

@@ -15,6 +15,16 @@ type progress struct {
 	tracker   *checkpoint.Tracker
 	carry     time.Time // oldest commit left unconfirmed by an ended session
 	confirmed time.Time // newest confirmed commit, over the process's life
+	// recovering is set while a gap recovery republishes: the leader is
+	// publishing although no session streams.
+	recovering bool
+}
+
+// setRecovering marks a gap recovery running or ended.
+func (p *progress) setRecovering(on bool) {
+	p.mu.Lock()
+	p.recovering = on
+	p.mu.Unlock()
 }
 
 // attach makes t the running session's tracker.
@@ -72,7 +82,7 @@ func (p *progress) publishing(now time.Time, stall time.Duration) bool {
 func (p *progress) state(now time.Time, stall time.Duration) (attached, stalled bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.tracker != nil, p.tracker != nil && p.tracker.Stalled(now, stall)
+	return p.tracker != nil || p.recovering, p.tracker != nil && p.tracker.Stalled(now, stall)
 }
 
 // snapshot returns the commit time of the oldest transaction known to be

@@ -25,7 +25,6 @@ import (
 	"github.com/eventforge/eventforge/cdc/decode"
 	"github.com/eventforge/eventforge/cdc/publish"
 	"github.com/eventforge/eventforge/internal/failpoint"
-	"github.com/eventforge/eventforge/schema"
 )
 
 // Failpoints of the reader (see internal/failpoint).
@@ -75,15 +74,17 @@ func RunHealth(ctx context.Context, cfg Config, logger *slog.Logger, h *Health) 
 	nonce := make([]byte, 6)
 	_, _ = crand.Read(nonce)
 	r := &reader{
-		cfg:    cfg,
-		logger: logger.With("slot", cfg.Slot),
-		m:      newSlotMetrics(cfg.Slot),
-		prog:   &progress{},
-		hb:     &heartbeats{},
-		nonce:  hex.EncodeToString(nonce),
-		table:  pgx.Identifier{ns, table},
-		dlq:    pgx.Identifier(strings.SplitN(cfg.DeadLetterTable, ".", 2)),
-		health: h,
+		cfg:         cfg,
+		logger:      logger.With("slot", cfg.Slot),
+		m:           newSlotMetrics(cfg.Slot),
+		prog:        &progress{},
+		hb:          &heartbeats{},
+		nonce:       hex.EncodeToString(nonce),
+		table:       pgx.Identifier{ns, table},
+		dlq:         pgx.Identifier(strings.SplitN(cfg.DeadLetterTable, ".", 2)),
+		health:      h,
+		limit:       newConfirmLimit(),
+		checkpoints: pgx.Identifier(strings.SplitN(cfg.CheckpointTable, ".", 2)),
 	}
 	defer r.m.active.Set(0)
 	bo := backoff{max: cfg.MaxBackoff}
@@ -116,6 +117,13 @@ type reader struct {
 	nonce  string         // tells this process's heartbeats from others'
 	table  pgx.Identifier // the outbox table
 	dlq    pgx.Identifier // the dead-letter table
+	// checkpoints is the checkpoint table (gap.go).
+	checkpoints pgx.Identifier
+	// limit is the checkpoint's confirm limit: sessions confirm no further.
+	limit *confirmLimit
+	// sent is the position this process last confirmed to its slot; the
+	// checkpoint loop counts only marks at or before it.
+	sent atomic.Uint64
 	// suspects failed permanently in a batch; the next session produces
 	// each alone (deadletter.go).
 	suspects suspects
@@ -209,11 +217,12 @@ func (r *reader) runControl(ctx context.Context) error {
 
 	lctx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
+	r.limit.reset()
+	r.sent.Store(0)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.monitor(lctx, ctl, lose) })
-	if r.cfg.OutboxRetention > 0 {
-		wg.Go(func() { r.prune(lctx, ctl) })
-	}
+	wg.Go(func() { r.checkpoint(lctx, ctl) })
+	wg.Go(func() { r.raise(lctx, ctl) })
 	err = r.lead(lctx, ctl)
 	lose(nil)
 	wg.Wait()
@@ -242,8 +251,7 @@ func (r *reader) lead(ctx context.Context, ctl *control) error {
 			return nil
 		}
 		var perm errPermanent
-		if errors.As(err, &perm) || errors.Is(err, errSlotMissing) {
-			// A missing slot is recreated by the next control connection.
+		if errors.As(err, &perm) {
 			return err
 		}
 		var wait time.Duration
@@ -376,43 +384,6 @@ func isPGCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
-// slotInfo is what the reader checks about its slot before streaming.
-type slotInfo struct {
-	confirmed pglogrepl.LSN
-	activePID *int32
-}
-
-// readSlot validates the slot and returns the position to stream from.
-func readSlot(ctx context.Context, ctl *control, cfg Config) (slotInfo, error) {
-	var (
-		info     slotInfo
-		plugin   string
-		database string
-		db       string
-	)
-	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		db = conn.Config().Database
-		return conn.QueryRow(ctx, `SELECT plugin, database, confirmed_flush_lsn::text, active_pid
-			FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&plugin, &database, ptrLSN{&info.confirmed}, &info.activePID)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		if cfg.NoCreateSlot {
-			return slotInfo{}, permanent("replication slot %q does not exist (and --no-create-slot is set); run `eventforge migrate`", cfg.Slot)
-		}
-		return slotInfo{}, fmt.Errorf("%w: %s", errSlotMissing, cfg.Slot)
-	}
-	if err != nil {
-		return slotInfo{}, fmt.Errorf("reading slot %s: %w", cfg.Slot, err)
-	}
-	if plugin != schema.OutputPlugin {
-		return slotInfo{}, permanent("replication slot %q uses plugin %q, want %q", cfg.Slot, plugin, schema.OutputPlugin)
-	}
-	if database != db {
-		return slotInfo{}, permanent("replication slot %q belongs to database %q, not %q", cfg.Slot, database, db)
-	}
-	return info, nil
-}
-
 // ptrLSN scans a text LSN into a pglogrepl.LSN.
 type ptrLSN struct{ dst *pglogrepl.LSN }
 
@@ -444,27 +415,18 @@ type delivery struct {
 const recordOverhead = 256
 
 func (r *reader) runSession(ctx context.Context, ctl *control) error {
-	info, err := readSlot(ctx, ctl, r.cfg)
+	info, err := r.prepareSlot(ctx, ctl)
 	if err != nil {
 		return err
 	}
 	if info.activePID != nil {
 		return fmt.Errorf("%w (pid %d)", errSlotBusy, *info.activePID)
 	}
+	r.sent.Store(uint64(info.confirmed))
 
-	connCfg, err := pgconn.ParseConfig(r.cfg.DatabaseURL)
+	rconn, err := r.replicationConn(ctx)
 	if err != nil {
-		return permanent("parsing database-url: %w", err)
-	}
-	maps.Copy(connCfg.RuntimeParams, deadPeerParams)
-	connCfg.RuntimeParams["replication"] = "database"
-	connCfg.RuntimeParams["application_name"] = "eventforge-cdc"
-	// The walsender ends a replication connection that sent no status
-	// update for this long; the reader sends one every status interval.
-	connCfg.RuntimeParams["wal_sender_timeout"] = "30s"
-	rconn, err := pgconn.ConnectConfig(ctx, connCfg)
-	if err != nil {
-		return fmt.Errorf("opening replication connection: %w", err)
+		return err
 	}
 	defer func() {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -473,9 +435,17 @@ func (r *reader) runSession(ctx context.Context, ctl *control) error {
 		}
 	}()
 
+	if info.failover != nil && !*info.failover {
+		// A slot created before PostgreSQL 17, or by hand: make it a
+		// failover slot so a standby that synchronises slots keeps it.
+		if err := makeFailoverSlot(ctx, rconn, r.cfg.Slot); err != nil {
+			r.logger.Warn("could not make the slot a failover slot; a promoted standby will not have it (the reader then recovers the gap)", "err", err)
+		}
+	}
 	ns, table, _ := strings.Cut(r.cfg.OutboxTable, ".")
 	s := &session{
 		reader:  r,
+		ctl:     ctl,
 		conn:    rconn,
 		dead:    tableWriter{ctl: ctl, table: r.dlq, slot: r.cfg.Slot},
 		tracker: checkpoint.New(info.confirmed),
@@ -546,6 +516,7 @@ type producer interface {
 // it; the next session resumes from the slot's confirmed position.
 type session struct {
 	*reader
+	ctl     *control
 	conn    *pgconn.PgConn
 	pub     producer
 	dead    deadLetterWriter
@@ -627,20 +598,35 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 		s.logger.Warn("events left unacknowledged at session end; they will be republished", "events", left)
 	}
 	s.m.inflight.Set(0)
-	// Confirming the acknowledged prefix is safe whatever ended the session;
-	// on a connection that broke there is nothing to send it on (pgconn is
-	// already writing its goodbye on it from another goroutine).
-	if s.conn.IsClosed() {
-		s.logger.Debug("final status update skipped: connection closed")
-	} else if err := s.sendStatus(context.WithoutCancel(ctx)); err != nil {
-		s.logger.Debug("final status update", "err", err)
-	}
+	s.finalStatus(ctx)
 	s.logger.Info("replication stopped", "lsn", s.tracker.Confirmable().String(), "err", loopErr)
 	return loopErr
 }
 
+// finalStatus confirms the acknowledged prefix at the session's end, which
+// is safe whatever ended it, raising the confirm limit first so that all of
+// it can be confirmed. On a connection that broke there is nothing to send it
+// on (pgconn is already writing its goodbye on it from another goroutine).
+func (s *session) finalStatus(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	if s.conn.IsClosed() {
+		s.logger.Debug("final status update skipped: connection closed")
+		return
+	}
+	if c := s.tracker.Confirmable(); c > pglogrepl.LSN(s.limit.lsn.Load()) {
+		if lsn, err := raiseConfirmLimit(ctx, s.ctl, s.checkpoints, s.cfg.Slot, c); err != nil {
+			s.logger.Debug("raising the confirm limit for the final status update", "err", err)
+		} else {
+			s.limit.set(lsn)
+		}
+	}
+	if err := s.sendStatus(ctx); err != nil {
+		s.logger.Debug("final status update", "err", err)
+	}
+}
+
 func (s *session) sendStatus(ctx context.Context) error {
-	confirmed := s.tracker.Confirmable()
+	confirmed := s.limit.clamp(s.tracker.Confirmable(), s.tracker.Received())
 	written := max(s.tracker.Received(), confirmed)
 	s.m.inflight.Set(float64(s.tracker.Inflight()))
 	// All three positions are set: pglogrepl would copy a zero flush position
@@ -654,6 +640,7 @@ func (s *session) sendStatus(ctx context.Context) error {
 		return fmt.Errorf("confirming lsn %s: %w", confirmed, err)
 	}
 	s.sentAt = time.Now()
+	s.reader.sent.Store(uint64(confirmed))
 	s.m.confirmedLSN.Set(float64(confirmed))
 	if prev := pglogrepl.LSN(s.sentLSN.Swap(uint64(confirmed))); prev != confirmed {
 		s.logger.Debug("confirmed", "lsn", confirmed.String())

@@ -2,7 +2,6 @@ package cdc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,9 +24,10 @@ import (
 //     record ends at or before L. A subtransaction's ID is above its
 //     parent's, so a row inserted in a savepoint is below X only when its
 //     top-level transaction is.
-//  2. Once the slot's confirmed_flush_lsn is at or past L, every committed
-//     transaction below X was decoded and acknowledged by Kafka (the reader
-//     confirms nothing else), so its rows are published.
+//  2. Once this process confirmed L or a later position to its slot, every
+//     committed transaction below X was decoded and acknowledged by Kafka
+//     (the reader confirms nothing else; a slot it confirms was checked
+//     against the checkpoint first, gap.go), so its rows are published.
 //  3. Only then are rows older than the retention deleted, and only those
 //     whose inserting transaction (xmin) is below X.
 //
@@ -60,22 +60,6 @@ func takePruneMark(ctx context.Context, ctl *control) (pruneMark, error) {
 		return pruneMark{}, fmt.Errorf("taking a prune mark: %w", err)
 	}
 	return m, nil
-}
-
-// slotConfirmedLSN reads the slot's confirmed_flush_lsn.
-func slotConfirmedLSN(ctx context.Context, ctl *control, slot string) (pglogrepl.LSN, error) {
-	var lsn pglogrepl.LSN
-	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).
-			Scan(ptrLSN{&lsn})
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("reading the confirmed position of slot %s: %w", slot, errSlotMissing)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("reading the confirmed position of slot %s: %w", slot, err)
-	}
-	return lsn, nil
 }
 
 // pruneStatement deletes up to $2 rows older than $1 seconds whose
@@ -128,26 +112,53 @@ func confirmedMark(marks []pruneMark, confirmed pglogrepl.LSN) (pruneMark, bool,
 	return marks[i], true, marks[i+1:]
 }
 
-// prune runs while this process leads: every PruneInterval it takes a prune
-// mark, and deletes the rows past the retention that the newest mark the
-// slot has confirmed covers. It deletes nothing while no session streams or
-// while the producer is stalled (events waited a whole prune interval for an
-// acknowledgement).
-func (r *reader) prune(ctx context.Context, ctl *control) {
-	t := time.NewTicker(r.cfg.PruneInterval)
+// checkpoint runs while this process leads. Every CheckpointInterval it
+// takes a mark and records, as the checkpoint's published_below, the xmin of
+// the newest mark this process has confirmed to its slot (gap.go); every
+// PruneInterval, when retention is on, it deletes the rows past the
+// retention that the same mark covers. Only positions this process
+// confirmed count, never the slot's own: a slot recreated meanwhile is
+// confirmed past rows nobody published. Nothing is pruned while no session
+// streams or while the producer is stalled (events waited a whole prune
+// interval for an acknowledgement).
+func (r *reader) checkpoint(ctx context.Context, ctl *control) {
+	t := time.NewTicker(r.cfg.CheckpointInterval)
 	defer t.Stop()
-	var marks []pruneMark
+	var (
+		marks     []pruneMark
+		covered   pruneMark
+		hasMark   bool
+		lastPrune = time.Now()
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if !r.prog.publishing(time.Now(), r.cfg.PruneInterval) {
-			r.logger.Debug("outbox pruning paused: not publishing")
+		m, ok, err := r.checkpointRound(ctx, ctl, &marks)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.logger.Warn("recording the slot checkpoint", "err", err)
+			}
 			continue
 		}
-		n, err := r.pruneRound(ctx, ctl, &marks)
+		if ok {
+			covered, hasMark = m, true
+		}
+		if r.cfg.OutboxRetention <= 0 || time.Since(lastPrune) < r.cfg.PruneInterval {
+			continue
+		}
+		lastPrune = time.Now()
+		switch {
+		case !r.prog.publishing(time.Now(), r.cfg.PruneInterval):
+			r.logger.Debug("outbox pruning paused: not publishing")
+			continue
+		case !hasMark:
+			r.logger.Debug("outbox pruning waits for the slot")
+			continue
+		}
+		n, err := pruneOutbox(ctx, ctl, r.table, r.cfg.OutboxRetention, r.cfg.PruneBatch, covered)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.logger.Warn("pruning outbox", "err", err)
@@ -157,24 +168,22 @@ func (r *reader) prune(ctx context.Context, ctl *control) {
 	}
 }
 
-// pruneRound prunes with the newest confirmed mark and takes a new one.
-func (r *reader) pruneRound(ctx context.Context, ctl *control, marks *[]pruneMark) (int64, error) {
-	confirmed, err := slotConfirmedLSN(ctx, ctl, r.cfg.Slot)
-	if err != nil {
-		return 0, err
-	}
-	mark, ok, rest := confirmedMark(*marks, confirmed)
+// checkpointRound records the newest mark this process confirmed, takes a
+// new one, and returns the recorded mark (false when none is confirmed yet).
+func (r *reader) checkpointRound(ctx context.Context, ctl *control, marks *[]pruneMark) (pruneMark, bool, error) {
+	mark, ok, rest := confirmedMark(*marks, pglogrepl.LSN(r.sent.Load()))
 	*marks = rest
+	if ok {
+		if err := recordPublishedBelow(ctx, ctl, r.checkpoints, r.cfg.Slot, mark.xmin); err != nil {
+			return pruneMark{}, false, err
+		}
+	}
 	if len(*marks) < maxPruneMarks {
 		m, err := takePruneMark(ctx, ctl)
 		if err != nil {
-			return 0, err
+			return mark, ok, err
 		}
 		*marks = append(*marks, m)
 	}
-	if !ok {
-		r.logger.Debug("outbox pruning waits for the slot", "lsn", confirmed.String())
-		return 0, nil
-	}
-	return pruneOutbox(ctx, ctl, r.table, r.cfg.OutboxRetention, r.cfg.PruneBatch, mark)
+	return mark, ok, nil
 }

@@ -75,7 +75,7 @@ func TestProgressPublishing(t *testing.T) {
 // open when the mark was taken — a top-level insert or one in a savepoint,
 // committed afterwards with an old created_at — and a transaction that
 // began after the mark keep their rows, as does a fresh row.
-func TestPruneRoundKeepsUnconfirmedRows(t *testing.T) {
+func TestCheckpointRoundKeepsUnconfirmedRows(t *testing.T) {
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -86,9 +86,23 @@ func TestPruneRoundKeepsUnconfirmedRows(t *testing.T) {
 	defer conn.Close(context.Background())
 	ctl := &control{conn: conn}
 	r := &reader{
-		cfg:    Config{Slot: env.Slot, OutboxRetention: time.Minute, PruneBatch: 2},
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		table:  pgx.Identifier{"public", "outbox"},
+		cfg:         Config{Slot: env.Slot, OutboxRetention: time.Minute, PruneBatch: 2},
+		logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		table:       pgx.Identifier{"public", "outbox"},
+		checkpoints: pgx.Identifier{"public", "cdc_checkpoints"},
+	}
+	if _, err := raiseConfirmLimit(ctx, ctl, r.checkpoints, env.Slot, 0); err != nil {
+		t.Fatal(err)
+	}
+	var marks []pruneMark
+	// round records the checkpoint and prunes with the mark it recorded, as
+	// the reader's checkpoint loop does.
+	round := func() (int64, error) {
+		m, ok, err := r.checkpointRound(ctx, ctl, &marks)
+		if err != nil || !ok {
+			return 0, err
+		}
+		return pruneOutbox(ctx, ctl, r.table, r.cfg.OutboxRetention, r.cfg.PruneBatch, m)
 	}
 
 	insertRow := func(tx pgx.Tx, age string) string {
@@ -132,8 +146,7 @@ func TestPruneRoundKeepsUnconfirmedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var marks []pruneMark
-	n, err := r.pruneRound(ctx, ctl, &marks)
+	n, err := round()
 	if err != nil || n != 0 || len(marks) != 1 {
 		t.Fatalf("first round: %d pruned, %d marks, %v; want nothing pruned and one mark", n, len(marks), err)
 	}
@@ -146,17 +159,24 @@ func TestPruneRoundKeepsUnconfirmedRows(t *testing.T) {
 	after := committed("2 hours")
 
 	// The slot has not confirmed the mark yet: nothing is deleted.
-	n, err = r.pruneRound(ctx, ctl, &marks)
+	n, err = round()
 	if err != nil || n != 0 {
 		t.Fatalf("round before the slot confirmed the mark: %d pruned, %v; want 0", n, err)
 	}
-	// Confirm the first mark as a reader would once it published up to it.
-	if _, err := env.Pool.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)`, env.Slot, marks[0].lsn.String()); err != nil {
-		t.Fatal(err)
+	var recorded *int64
+	if err := env.Pool.QueryRow(ctx, `SELECT published_below FROM cdc_checkpoints WHERE slot = $1`, env.Slot).Scan(&recorded); err != nil || recorded != nil {
+		t.Fatalf("published_below before the mark was confirmed: %v, %v; want NULL", recorded, err)
 	}
-	n, err = r.pruneRound(ctx, ctl, &marks)
+	// Confirm the first mark as a reader does once Kafka acknowledged
+	// everything up to it. The slot's own position counts for nothing.
+	first := marks[0]
+	r.sent.Store(uint64(first.lsn))
+	n, err = round()
 	if err != nil || n != int64(len(old)) {
-		t.Fatalf("round after the slot confirmed the mark: %d pruned, %v; want %d", n, err, len(old))
+		t.Fatalf("round after the reader confirmed the mark: %d pruned, %v; want %d", n, err, len(old))
+	}
+	if err := env.Pool.QueryRow(ctx, `SELECT published_below FROM cdc_checkpoints WHERE slot = $1`, env.Slot).Scan(&recorded); err != nil || recorded == nil || *recorded != first.xmin {
+		t.Fatalf("published_below after the mark was confirmed: %v, %v; want %d", recorded, err, first.xmin)
 	}
 	rows, _ := env.Pool.Query(ctx, `SELECT id::text FROM outbox ORDER BY id`)
 	left, err := pgx.CollectRows(rows, pgx.RowTo[string])

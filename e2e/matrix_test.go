@@ -37,6 +37,8 @@ var failureWindows = []window{
 	{"Kafka frozen for 20 s while orders are created and cancelled", windowKafkaOutageOrdering},
 	{"Kafka refuses one order's record (over the topic's max.message.bytes)", windowRelayDeadLetter},
 	{"cdc leader that cannot reach Kafka gives up the slot to the standby", windowUnhealthyLeader},
+	{"slot dropped, then dropped and recreated, under load", windowSlotLost},
+	{"slot invalidated by max_slot_wal_keep_size while the reader is stopped", windowSlotInvalidated},
 }
 
 // matrixRuns is how often each window runs: EVENTFORGE_MATRIX_RUNS,

@@ -86,17 +86,28 @@ type Querier interface {
 // EnsureSlot creates the logical replication slot if it does not exist and
 // reports whether it did. Creating the slot before the first order is written
 // matters: changes committed before a slot exists are never decoded from it.
+// On PostgreSQL 17 and later the slot is a failover slot, so a standby that
+// synchronises slots (sync_replication_slots) keeps it across a promotion.
 func EnsureSlot(ctx context.Context, q Querier, slot string) (created bool, err error) {
-	var exists bool
-	err = q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists)
+	var (
+		exists  bool
+		version int
+	)
+	err = q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1), current_setting('server_version_num')::int`, slot).
+		Scan(&exists, &version)
 	if err != nil {
 		return false, fmt.Errorf("looking up slot %s: %w", slot, err)
 	}
 	if exists {
 		return false, nil
 	}
+	create := `SELECT slot_name FROM pg_create_logical_replication_slot($1, $2)`
+	if version >= 170000 {
+		// slot_name, plugin, temporary, twophase, failover
+		create = `SELECT slot_name FROM pg_create_logical_replication_slot($1, $2, false, false, true)`
+	}
 	var name string
-	err = q.QueryRow(ctx, `SELECT slot_name FROM pg_create_logical_replication_slot($1, $2)`, slot, OutputPlugin).Scan(&name)
+	err = q.QueryRow(ctx, create, slot, OutputPlugin).Scan(&name)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // duplicate_object: created concurrently
 		return false, nil

@@ -21,16 +21,38 @@ import (
 // state dir under /var/tmp and its own free ports. Tests that stop, kill or
 // restart a service use it; the shared stack is never touched. It is stopped
 // and removed when the test ends (its state dir is kept when the test
-// failed).
+// failed). PostgreSQL runs the version of $EVENTFORGE_PG_VERSION (default
+// 15) unless WithPGVersion says otherwise.
 type Private struct {
 	Config    localstack.Config
 	Endpoints localstack.Endpoints
 	logger    *slog.Logger
 }
 
+// PrivateOption configures NewPrivate.
+type PrivateOption func(*localstack.Config)
+
+// WithPGVersion runs PostgreSQL major version major (15–18) instead of the
+// one $EVENTFORGE_PG_VERSION names.
+func WithPGVersion(major int) PrivateOption {
+	return func(c *localstack.Config) { c.PGVersion = major }
+}
+
+// WithPGSettings appends postgresql.conf lines to the stack's settings.
+func WithPGSettings(lines ...string) PrivateOption {
+	return func(c *localstack.Config) { c.PGSettings = append(c.PGSettings, lines...) }
+}
+
+// WithoutKafka starts PostgreSQL only: the stack has no broker and
+// Endpoints.KafkaBootstrap is empty. Tests of PostgreSQL alone use it to
+// spare the machine a JVM.
+func WithoutKafka() PrivateOption {
+	return func(c *localstack.Config) { c.PostgresOnly = true }
+}
+
 // NewPrivate starts a private stack. It fails the test (never skips it) when
 // the stack cannot start.
-func NewPrivate(t testing.TB) *Private {
+func NewPrivate(t testing.TB, opts ...PrivateOption) *Private {
 	t.Helper()
 	// t.TempDir is 0700 under a 0700 parent, which the postgres user cannot
 	// traverse; /var/tmp is world-traversable.
@@ -51,9 +73,13 @@ func NewPrivate(t testing.TB) *Private {
 		},
 		logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+	for _, o := range opts {
+		o(&p.Config)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
+		// Down stops every PostgreSQL of the state dir, standbys included.
 		if err := localstack.Down(ctx, p.Config, p.logger); err != nil {
 			t.Errorf("stopping private stack: %v", err)
 		}
@@ -70,6 +96,7 @@ func NewPrivate(t testing.TB) *Private {
 		t.Fatalf("starting private stack in %s: %v", dir, err)
 	}
 	p.Endpoints = res.Endpoints
+	p.Config.PGVersion = res.PGVersion
 	return p
 }
 

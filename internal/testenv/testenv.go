@@ -33,7 +33,9 @@ var (
 )
 
 // Stack starts the local stack if needed and returns its endpoints. It fails
-// the test (never skips it) when the stack cannot start.
+// the test (never skips it) when the stack cannot start. PostgreSQL is the
+// version $EVENTFORGE_PG_VERSION names (default 15; `make test PG=17` sets
+// it), each version on its own port beside the one broker.
 func Stack(t testing.TB) localstack.Endpoints {
 	t.Helper()
 	stackOnce.Do(func() {

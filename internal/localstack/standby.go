@@ -74,6 +74,7 @@ type Standby struct {
 // and waits until the standby streams. With sc.Synchronous or sc.SyncSlots
 // it then sets the primary's side with ALTER SYSTEM (not copied to the
 // standby, so a promoted standby waits for nobody) and waits until it holds.
+// Clients of the primary lose their connections during the restart.
 func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Logger) (*Standby, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {

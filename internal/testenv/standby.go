@@ -55,7 +55,8 @@ func StandbySettings(lines ...string) StandbyOption {
 // AddStandby builds a streaming standby of the private stack's running
 // PostgreSQL (no pg_basebackup: the primary is stopped cleanly for a moment
 // and its data dir copied) and waits until it streams, and with Synchronous
-// until it is the synchronous standby.
+// until it is the synchronous standby. Add it before starting the processes
+// under test: their connections to the primary are cut by the restart.
 func (p *Private) AddStandby(t testing.TB, opts ...StandbyOption) *Standby {
 	t.Helper()
 	cfg := localstack.StandbyConfig{Port: freePorts(t, 1)[0]}

@@ -90,7 +90,27 @@ test: build openapi-validator web-deps browser-deps ## Run every test on real Po
 	trap stop_started EXIT; \
 	$(MAKE) --no-print-directory promtool; \
 	$(GO) test $(GO_TEST_FLAGS) ./...; \
+	$(MAKE) --no-print-directory test-cdc-pg; \
 	$(MAKE) --no-print-directory bench-smoke
+
+# The core CDC suite (the cdc packages and the e2e TestCDC* tests) once more
+# on a second PostgreSQL version, beside the default one and on the same
+# Kafka. The failure matrix runs its failover windows on 15 and 17 itself.
+CDC_PG ?= 17
+CDC_CORE_TESTS := ^TestCDC
+
+.PHONY: test-cdc-pg
+test-cdc-pg: build ## Run the core CDC suite on PostgreSQL $(CDC_PG) (starts and stops it if needed)
+	@started="$$(EVENTFORGE_PG_VERSION=$(CDC_PG) $(EVENTFORGE) stack up --print-started)"; \
+	stop_started() { \
+		case " $$started " in \
+		*" kafka "*) echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down;; \
+		*" postgres "*) echo "stopping PostgreSQL $(CDC_PG) (started by this run)"; EVENTFORGE_PG_VERSION=$(CDC_PG) $(EVENTFORGE) stack down --postgres-only;; \
+		esac; }; \
+	trap stop_started EXIT; \
+	echo "== core CDC suite on PostgreSQL $(CDC_PG)"; \
+	EVENTFORGE_PG_VERSION=$(CDC_PG) $(GO) test $(GO_TEST_FLAGS) ./cdc/...; \
+	EVENTFORGE_PG_VERSION=$(CDC_PG) $(GO) test $(GO_TEST_FLAGS) -run '$(CDC_CORE_TESTS)' ./e2e/
 
 # The independent OpenAPI validator (npm @apidevtools/swagger-parser, pinned by
 # its lockfile) that the api tests run on the served /openapi.json.

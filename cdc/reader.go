@@ -640,7 +640,7 @@ func (s *session) sendStatus(ctx context.Context) error {
 		return fmt.Errorf("confirming lsn %s: %w", confirmed, err)
 	}
 	s.sentAt = time.Now()
-	s.reader.sent.Store(uint64(confirmed))
+	s.sent.Store(uint64(confirmed))
 	s.m.confirmedLSN.Set(float64(confirmed))
 	if prev := pglogrepl.LSN(s.sentLSN.Swap(uint64(confirmed))); prev != confirmed {
 		s.logger.Debug("confirmed", "lsn", confirmed.String())

@@ -39,6 +39,8 @@ var failureWindows = []window{
 	{"cdc leader that cannot reach Kafka gives up the slot to the standby", windowUnhealthyLeader},
 	{"slot dropped, then dropped and recreated, under load", windowSlotLost},
 	{"slot invalidated by max_slot_wal_keep_size while the reader is stopped", windowSlotInvalidated},
+	{"PostgreSQL 15 primary failover under load (gap recovered from the outbox)", windowPrimaryFailover(15)},
+	{"PostgreSQL 17 primary failover under load (failover slot)", windowPrimaryFailover(17)},
 }
 
 // matrixRuns is how often each window runs: EVENTFORGE_MATRIX_RUNS,

@@ -52,9 +52,13 @@ func (c *stackUpCmd) Run(env *runEnv) error {
 
 type stackDownCmd struct {
 	stackFlags
+	PostgresOnly bool `name:"postgres-only" help:"Stop only the PostgreSQL server of --pg-version; Kafka and other versions keep running."`
 }
 
 func (c *stackDownCmd) Run(env *runEnv) error {
+	if c.PostgresOnly {
+		return localstack.DownPostgres(env.ctx, c.config(), env.logger)
+	}
 	return localstack.Down(env.ctx, c.config(), env.logger)
 }
 

@@ -141,6 +141,25 @@ func Down(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return errors.Join(perrs...)
 }
 
+// DownPostgres stops only the PostgreSQL server of cfg's version in the
+// state dir; Kafka and the other versions keep running.
+func DownPostgres(ctx context.Context, cfg Config, log *slog.Logger) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("validating local stack config: %w", err)
+	}
+	if !fileExists(cfg.StateDir) {
+		return nil
+	}
+	l := newLayoutFor(cfg.StateDir, cfg.PGVersion)
+	unlock, err := lockFile(ctx, l.lock, log.With("state_dir", cfg.StateDir))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return stopPostgres(ctx, l, log)
+}
+
 // StatusReport describes the stack of one state dir.
 type StatusReport struct {
 	Endpoints

@@ -61,9 +61,9 @@ func ReadSlotStatus(ctx context.Context, conn *pgx.Conn, slot string) (SlotStatu
 }
 
 // DropSlot drops slot. It refuses an active slot (a reader streams from it)
-// and a missing one. Dropping loses the slot's position: events committed
-// until a new slot exists are never streamed and must be replayed from the
-// outbox.
+// and a missing one. Dropping loses the slot's position: the next reader
+// finds the gap against its checkpoint, recreates the slot and republishes
+// the outbox rows from the checkpoint on (gap.go).
 func DropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 	st, err := ReadSlotStatus(ctx, conn, slot)
 	if err != nil {

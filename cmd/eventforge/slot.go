@@ -73,12 +73,12 @@ func (c *slotStatusCmd) Run(env *runEnv) error {
 
 type slotDropCmd struct {
 	slotFlags
-	Yes bool `name:"yes" help:"Confirm: events committed until a new slot exists are not streamed and must be replayed."`
+	Yes bool `name:"yes" help:"Confirm: the next reader recreates the slot and republishes the outbox rows from its checkpoint on (duplicates, no loss)."`
 }
 
 func (c *slotDropCmd) Run(env *runEnv) error {
 	if !c.Yes {
-		return errors.New("dropping a slot loses its position: events committed until a new slot exists are never streamed and must be replayed with `eventforge outbox replay`; pass --yes to drop it")
+		return errors.New("dropping a slot loses its position: the next reader recreates it and republishes every outbox row from its checkpoint on (consumers skip the duplicates), or refuses with --no-create-slot; pass --yes to drop it")
 	}
 	conn, err := c.connect(env)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/metrics"
 	"github.com/eventforge/eventforge/internal/tlsconf"
 	"github.com/eventforge/eventforge/internal/tracing"
@@ -39,7 +40,7 @@ import (
 // Config configures the order service.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string.
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	// GRPCAddr is the gRPC listen address.
 	GRPCAddr string `name:"grpc-addr" help:"gRPC listen address." default:"127.0.0.1:9090"`
 	// HTTPAddr is the REST gateway and health listen address.
@@ -91,7 +92,7 @@ const ServiceName = "eventforge.v1.OrderService"
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:       "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		DatabaseURL:       contract.DatabaseURL,
 		GRPCAddr:          "127.0.0.1:9090",
 		HTTPAddr:          "127.0.0.1:8080",
 		MaxConns:          16,

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -576,7 +577,7 @@ func TestListCancelAndLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if typ != "OrderCancelled" || payloadReason != "customer request" || !strings.HasPrefix(traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-") {
+		if typ != contract.TypeOrderCancelled || payloadReason != "customer request" || !strings.HasPrefix(traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-") {
 			t.Fatalf("outbox row: type %q reason %q traceparent %q", typ, payloadReason, traceparent)
 		}
 	})

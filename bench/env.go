@@ -107,7 +107,7 @@ func (e *env) cleanup(logger *slog.Logger) {
 	}
 	defer admin.Close(ctx)
 	for i := 0; i < 50; i++ {
-		if _, err = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ($1, $2)`, e.slot, recvlogicalSlot(e.slot)); err == nil {
+		if err = schema.DropSlotsIfExist(ctx, admin, e.slot, recvlogicalSlot(e.slot)); err == nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)

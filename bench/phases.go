@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 	"github.com/eventforge/eventforge/schema"
 )
@@ -176,14 +177,12 @@ func (r *runner) currentWAL(ctx context.Context) (pglogrepl.LSN, error) {
 }
 
 func (r *runner) slotLag(ctx context.Context) (confirmed pglogrepl.LSN, lag int64, err error) {
-	var c string
-	err = r.env.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn() - confirmed_flush_lsn
-		FROM pg_replication_slots WHERE slot_name = $1`, r.env.slot).Scan(&c, &lag)
+	st, err := schema.ReadSlotStatus(ctx, r.env.pool, r.env.slot)
 	if err != nil {
 		return 0, 0, err
 	}
-	confirmed, err = pglogrepl.ParseLSN(c)
-	return confirmed, lag, err
+	confirmed, err = pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
+	return confirmed, st.LagBytes, err
 }
 
 // drainPhase tops the backlog up to its size with pgbench (one order
@@ -447,7 +446,7 @@ func (r *runner) endToEndPhase(ctx context.Context) error {
 	}
 	acked := make(map[string]time.Time, len(recs))
 	for _, rec := range recs {
-		id := rec.Headers["id"]
+		id := rec.Headers[contract.HeaderID]
 		if _, dup := acked[id]; !dup {
 			acked[id] = rec.Timestamp
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/schema"
 )
 
@@ -36,7 +37,7 @@ func copySlot(ctx context.Context, pool *pgxpool.Pool, slot string) error {
 func recvlogicalDrain(ctx context.Context, pool *pgxpool.Pool, dsn, slot string, target pglogrepl.LSN) (float64, error) {
 	copyName := recvlogicalSlot(slot)
 	defer func() {
-		_, _ = pool.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, copyName)
+		_ = schema.DropSlotsIfExist(context.WithoutCancel(ctx), pool, copyName)
 	}()
 	bin, err := pgToolPath("pg_recvlogical")
 	if err != nil {
@@ -48,7 +49,7 @@ func recvlogicalDrain(ctx context.Context, pool *pgxpool.Pool, dsn, slot string,
 	}
 	pw, _ := u.User.Password()
 	cmd := exec.CommandContext(ctx, bin, "--start", "--no-loop", "--slot", copyName, "--endpos", target.String(),
-		"-o", "proto_version=1", "-o", "publication_names="+schema.Publication, "-o", "messages=true",
+		"-o", "proto_version=1", "-o", "publication_names="+contract.Publication, "-o", "messages=true",
 		"-f", os.DevNull, "-h", u.Hostname(), "-p", u.Port(), "-U", u.User.Username(), "-d", u.Path[1:])
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+pw)
 	start := time.Now()

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eventforge/eventforge/schema"
+	"github.com/eventforge/eventforge/contract"
 )
 
 // Config configures the reader. The zero value is not valid; start from
@@ -22,17 +22,17 @@ import (
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string. The role needs the
 	// REPLICATION attribute (and CREATE on the database to create the slot).
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL (role with REPLICATION)." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL (role with REPLICATION)." default:"${database_url}"`
 	// KafkaBrokers is the Kafka bootstrap server list.
-	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	// Slot is the logical replication slot to read.
-	Slot string `name:"slot" help:"Logical replication slot to read." default:"eventforge_outbox"`
+	Slot string `name:"slot" help:"Logical replication slot to read." default:"${slot}"`
 	// Publication is the pgoutput publication on the outbox table.
-	Publication string `name:"publication" help:"Publication on the outbox table." default:"eventforge_outbox"`
+	Publication string `name:"publication" help:"Publication on the outbox table." default:"${publication}"`
 	// OutboxTable is the schema-qualified outbox table.
 	OutboxTable string `name:"outbox-table" help:"Schema-qualified outbox table." default:"public.outbox"`
 	// Topics maps an outbox aggregatetype to its Kafka topic.
-	Topics map[string]string `name:"topic" help:"aggregatetype=topic routes (repeatable)." default:"order=eventforge.orders"`
+	Topics map[string]string `name:"topic" help:"aggregatetype=topic routes (repeatable)." default:"${aggregate_order}=${topic}"`
 	// TopicFallback is the topic for aggregate types without a route;
 	// "{aggregatetype}" is replaced.
 	TopicFallback string `name:"topic-fallback" help:"Topic for unrouted aggregate types ({aggregatetype} is replaced)." default:"eventforge.{aggregatetype}"`
@@ -109,15 +109,15 @@ var ProtectedProducerSettings = []string{
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:        "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		DatabaseURL:        contract.DatabaseURL,
 		KafkaBrokers:       "127.0.0.1:19092",
-		Slot:               schema.Slot,
-		Publication:        schema.Publication,
+		Slot:               contract.Slot,
+		Publication:        contract.Publication,
 		OutboxTable:        "public.outbox",
 		DeadLetterTable:    "public.cdc_dead_letters",
 		CheckpointTable:    "public.cdc_checkpoints",
 		CheckpointInterval: 10 * time.Second,
-		Topics:             map[string]string{"order": "eventforge.orders"},
+		Topics:             map[string]string{contract.AggregateOrder: contract.Topic},
 		TopicFallback:      "eventforge.{aggregatetype}",
 		StatusInterval:     2 * time.Second,
 		ConfirmInterval:    100 * time.Millisecond,

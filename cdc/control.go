@@ -90,21 +90,18 @@ func checkServer(ctx context.Context, ctl *control, cfg Config, logger *slog.Log
 		if !dlq {
 			return permanent("dead-letter table %s does not exist; run `eventforge migrate` (or check --dead-letter-table)", cfg.DeadLetterTable)
 		}
-		var (
-			plugin, database *string
-			db               = conn.Config().Database
-		)
-		err = conn.QueryRow(ctx, `SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&plugin, &database)
+		db := conn.Config().Database
+		st, err := schema.ReadSlotStatus(ctx, conn, cfg.Slot)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, schema.ErrSlotNotFound):
 			// Missing: created below, or refused by readSlot.
 		case err != nil:
 			return fmt.Errorf("looking up slot %s: %w", cfg.Slot, err)
-		case plugin == nil:
+		case st.Plugin == "": // only physical slots have no plugin
 			return permanent("replication slot %q is a physical slot; the reader needs a logical slot with plugin %q (choose another --slot)", cfg.Slot, schema.OutputPlugin)
-		case *plugin != schema.OutputPlugin:
-			return permanent("replication slot %q uses plugin %q, want %q (drop it with `eventforge slot drop` or choose another --slot)", cfg.Slot, *plugin, schema.OutputPlugin)
-		case database == nil || *database != db:
+		case st.Plugin != schema.OutputPlugin:
+			return permanent("replication slot %q uses plugin %q, want %q (drop it with `eventforge slot drop` or choose another --slot)", cfg.Slot, st.Plugin, schema.OutputPlugin)
+		case st.Database != db:
 			return permanent("replication slot %q belongs to another database, not %q (choose another --slot)", cfg.Slot, db)
 		}
 		var checkpoints bool
@@ -136,19 +133,18 @@ func tryLock(ctx context.Context, ctl *control, slot string) (bool, error) {
 
 // slotStats reads the slot's lag and retained WAL in bytes.
 func slotStats(ctx context.Context, ctl *control, slot string) (lag, retained int64, err error) {
+	var st schema.SlotStatus
 	err = ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, `SELECT
-			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
-			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
-			FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lag, &retained)
+		st, err = schema.ReadSlotStatus(ctx, conn, slot)
+		return err
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, schema.ErrSlotNotFound) {
 		return 0, 0, nil
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading statistics of slot %s: %w", slot, err)
 	}
-	return lag, retained, nil
+	return st.LagBytes, st.RetainedWALBytes, nil
 }
 
 // emitHeartbeat writes a non-transactional logical decoding message carrying

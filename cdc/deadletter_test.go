@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/cdc/decode"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -74,7 +75,7 @@ func insertWithHeaders(id, headers string) *pglogrepl.InsertMessage {
 		return &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: []byte(v)}
 	}
 	return &pglogrepl.InsertMessage{RelationID: 2, Tuple: &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{
-		col(id), col("order"), col("order-1"), col("OrderCreated"), col(`{}`), col(headers),
+		col(id), col("order"), col("order-1"), col(contract.TypeOrderCreated), col(`{}`), col(headers),
 	}}}
 }
 
@@ -148,7 +149,7 @@ func TestSessionDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitConfirmable(t, s, 200)
-		if got := dead.ids(); len(got) != 1 || got[0] != "big" || dead.written[0].topic != "eventforge.orders" {
+		if got := dead.ids(); len(got) != 1 || got[0] != "big" || dead.written[0].topic != contract.Topic {
 			t.Fatalf("dead letters %v, want big on eventforge.orders", got)
 		}
 	})
@@ -248,11 +249,11 @@ func TestDeadLetterTable(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	w := tableWriter{ctl: &control{conn: conn}, table: pgx.Identifier{"public", "cdc_dead_letters"}, slot: env.Slot}
-	ev := &decode.Event{ID: "0195f5a8-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", Type: "OrderCreated",
+	ev := &decode.Event{ID: "0195f5a8-0000-7000-8000-000000000001", AggregateType: contract.AggregateOrder, AggregateID: "o-1", Type: contract.TypeOrderCreated,
 		Payload: []byte(`{"order_id":"o-1"}`), HeadersJSON: `{"n": 1}`, CreatedAt: "2026-11-30 05:00:01.5+00"}
 	cause := kafka.NewError(kafka.ErrMsgSizeTooLarge, "Broker: Message size too large", false)
 	for range 2 {
-		if err := w.write(ctx, deadLetter{ev: ev, topic: "eventforge.orders", lsn: 0x16B3748, cause: cause}); err != nil {
+		if err := w.write(ctx, deadLetter{ev: ev, topic: contract.Topic, lsn: 0x16B3748, cause: cause}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -266,7 +267,7 @@ func TestDeadLetterTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lsn != "0/16B3748" || topic != "eventforge.orders" || headers != `{"n": 1}` || code != "10 Broker: Message size too large" || attempts != 2 ||
+	if lsn != "0/16B3748" || topic != contract.Topic || headers != `{"n": 1}` || code != "10 Broker: Message size too large" || attempts != 2 ||
 		!created.Equal(time.Date(2026, 11, 30, 5, 0, 1, 500e6, time.UTC)) {
 		t.Fatalf("row: lsn %s topic %s headers %s code %q attempts %d created %s", lsn, topic, headers, code, attempts, created)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/eventforge/eventforge/cdc/decode"
 	"github.com/eventforge/eventforge/cdc/publish"
+	"github.com/eventforge/eventforge/contract"
 )
 
 // TestProducerNeverTimesOutYetCloses: librdkafka accepts the reader's
@@ -40,7 +41,7 @@ func TestProducerNeverTimesOutYetCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &decode.Event{ID: "0195f5a8-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o1", Type: "OrderCreated", Payload: []byte(`{}`)}
+	ev := &decode.Event{ID: "0195f5a8-0000-7000-8000-000000000001", AggregateType: contract.AggregateOrder, AggregateID: "o1", Type: contract.TypeOrderCreated, Payload: []byte(`{}`)}
 	if err := pub.Publish(context.Background(), ev, nil); err != nil {
 		t.Fatal(err)
 	}

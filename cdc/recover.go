@@ -51,11 +51,10 @@ func (r *reader) recoverGap(ctx context.Context, ctl *control, reason string, st
 			return fmt.Errorf("%w (pid %d)", errSlotBusy, *st.activePID)
 		}
 		err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot)
-			return err
+			return schema.DropSlot(ctx, conn, r.cfg.Slot)
 		})
 		if err != nil {
-			return fmt.Errorf("dropping slot %s to recreate it: %w", r.cfg.Slot, err)
+			return fmt.Errorf("recreating slot %s: %w", r.cfg.Slot, err)
 		}
 	}
 

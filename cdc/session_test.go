@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventforge/eventforge/cdc/checkpoint"
 	"github.com/eventforge/eventforge/cdc/decode"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
@@ -71,7 +72,7 @@ func insert(id string) *pglogrepl.InsertMessage {
 		return &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: []byte(v)}
 	}
 	return &pglogrepl.InsertMessage{RelationID: 1, Tuple: &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{
-		col(id), col("order"), col("order-1"), col("OrderCreated"), col(`{}`),
+		col(id), col("order"), col("order-1"), col(contract.TypeOrderCreated), col(`{}`),
 	}}}
 }
 

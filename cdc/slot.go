@@ -6,58 +6,23 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/schema"
 )
 
 // ErrSlotNotFound means the replication slot does not exist.
-var ErrSlotNotFound = errors.New("replication slot not found")
+var ErrSlotNotFound = schema.ErrSlotNotFound
 
 // ErrSlotActive means a process streams from the slot, so it cannot be
 // dropped.
 var ErrSlotActive = errors.New("replication slot is active")
 
 // SlotStatus describes a replication slot as PostgreSQL reports it.
-type SlotStatus struct {
-	Slot              string `json:"slot"`
-	Plugin            string `json:"plugin"`
-	Database          string `json:"database"`
-	Active            bool   `json:"active"`
-	ActivePID         *int32 `json:"active_pid"`
-	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
-	RestartLSN        string `json:"restart_lsn"`
-	CurrentWALLSN     string `json:"current_wal_lsn"`
-	// LagBytes is current WAL minus confirmed_flush_lsn: WAL not yet
-	// confirmed by the reader.
-	LagBytes int64 `json:"lag_bytes"`
-	// RetainedWALBytes is current WAL minus restart_lsn: WAL the server keeps
-	// for the slot.
-	RetainedWALBytes int64 `json:"retained_wal_bytes"`
-	// WALStatus is pg_replication_slots.wal_status (reserved, extended,
-	// unreserved, lost).
-	WALStatus string `json:"wal_status"`
-	// SafeWALSizeBytes is the WAL that can still be written before the slot
-	// is invalidated by max_slot_wal_keep_size; nil when unlimited.
-	SafeWALSizeBytes *int64 `json:"safe_wal_size_bytes"`
-}
+type SlotStatus = schema.SlotStatus
 
-// ReadSlotStatus reads the status of slot over conn.
+// ReadSlotStatus reads the status of slot over conn (schema.ReadSlotStatus).
 func ReadSlotStatus(ctx context.Context, conn *pgx.Conn, slot string) (SlotStatus, error) {
-	var st SlotStatus
-	err := conn.QueryRow(ctx, `SELECT slot_name, coalesce(plugin, ''), coalesce(database, ''), active, active_pid,
-			coalesce(confirmed_flush_lsn::text, ''), coalesce(restart_lsn::text, ''), pg_current_wal_lsn()::text,
-			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
-			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint,
-			coalesce(wal_status, ''), safe_wal_size
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(
-		&st.Slot, &st.Plugin, &st.Database, &st.Active, &st.ActivePID,
-		&st.ConfirmedFlushLSN, &st.RestartLSN, &st.CurrentWALLSN,
-		&st.LagBytes, &st.RetainedWALBytes, &st.WALStatus, &st.SafeWALSizeBytes)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return SlotStatus{}, fmt.Errorf("%w: %s", ErrSlotNotFound, slot)
-	}
-	if err != nil {
-		return SlotStatus{}, fmt.Errorf("reading slot %s: %w", slot, err)
-	}
-	return st, nil
+	return schema.ReadSlotStatus(ctx, conn, slot)
 }
 
 // DropSlot drops slot. It refuses an active slot (a reader streams from it)
@@ -76,11 +41,11 @@ func DropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 		}
 		return fmt.Errorf("%w: %s is streamed by pid %d; stop the reader first", ErrSlotActive, slot, pid)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+	if err := schema.DropSlot(ctx, conn, slot); err != nil {
 		if isPGCode(err, "55006") {
-			return fmt.Errorf("%w: %s: %w", ErrSlotActive, slot, err)
+			return fmt.Errorf("%w: %w", ErrSlotActive, err)
 		}
-		return fmt.Errorf("dropping slot %s: %w", slot, err)
+		return err
 	}
 	return nil
 }

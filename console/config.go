@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 // Config configures the console. The zero value is not valid; start from
@@ -29,13 +31,13 @@ type Config struct {
 	// carry; requests without it get 401.
 	OpsToken string `name:"ops-token" help:"Require this bearer token on the console's ops API (/api/ops/); required with --console on a non-loopback --http-addr (prefer the environment variable to the flag)."`
 	// KafkaBrokers is the Kafka bootstrap server list.
-	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers (console: topic, offsets, DLQ)." default:"127.0.0.1:19092"`
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers (console: topic, offsets, DLQ)." default:"${kafka_brokers}"`
 	// Topic is the topic the CDC reader publishes order events to.
-	Topic string `name:"console-topic" help:"Topic of the order events shown by the console." default:"eventforge.orders"`
+	Topic string `name:"console-topic" help:"Topic of the order events shown by the console." default:"${topic}"`
 	// DLQTopic is the dead-letter topic; empty means <Topic>.dlq.
 	DLQTopic string `name:"console-dlq-topic" help:"Dead-letter topic shown by the console (default <topic>.dlq)."`
 	// Slot is the replication slot of the CDC reader.
-	Slot string `name:"console-slot" help:"Replication slot shown by the console." default:"eventforge_outbox"`
+	Slot string `name:"console-slot" help:"Replication slot shown by the console." default:"${slot}"`
 	// Consumers maps consumer names to their Kafka groups.
 	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"fulfillment=eventforge-fulfillment"`
 	// MetricsSources maps a component name to a Prometheus text endpoint the
@@ -52,9 +54,9 @@ type Config struct {
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:    "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		DatabaseURL:    contract.DatabaseURL,
 		KafkaBrokers:   "127.0.0.1:19092",
-		Topic:          "eventforge.orders",
+		Topic:          contract.Topic,
 		Slot:           "eventforge_outbox",
 		Consumers:      map[string]string{"fulfillment": "eventforge-fulfillment"},
 		SampleInterval: 2 * time.Second,

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +19,9 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
+	"github.com/eventforge/eventforge/schema"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -677,9 +680,11 @@ func (c *Console) waitCrash(ctx context.Context, name string, startsBefore int, 
 
 func (c *Console) waitSlotHeld(ctx context.Context) error {
 	return c.waitFor(ctx, "the reader holding the slot", func() (bool, error) {
-		var active bool
-		err := c.pool.QueryRow(ctx, `SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&active)
-		return active, err
+		st, err := schema.ReadSlotStatus(ctx, c.pool, c.cfg.Slot)
+		if errors.Is(err, schema.ErrSlotNotFound) {
+			return false, nil
+		}
+		return st.Active, err
 	})
 }
 
@@ -749,7 +754,7 @@ func (c *Console) orderRecords(ctx context.Context, orderID string) ([]traceReco
 	}
 	out := make([]traceRecord, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, traceRecord{Topic: c.cfg.Topic, Partition: r.Partition, Offset: r.Offset, EventID: r.Headers["id"], Type: r.Headers["type"], Timestamp: r.Timestamp, Replay: isReplay(r.Headers)})
+		out = append(out, traceRecord{Topic: c.cfg.Topic, Partition: r.Partition, Offset: r.Offset, EventID: r.Headers[contract.HeaderID], Type: r.Headers[contract.HeaderType], Timestamp: r.Timestamp, Replay: isReplay(r.Headers)})
 	}
 	return out, nil
 }

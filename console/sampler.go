@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
+	"github.com/eventforge/eventforge/schema"
 )
 
 // Sample is one point of the operations charts. A nil field means the
@@ -124,14 +126,11 @@ func (s *sampler) sample(ctx context.Context) {
 	dt := now.Sub(s.prevAt).Seconds()
 	first := s.prevAt.IsZero()
 
-	var cur, confirmed, restart *string
-	err := s.c.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
-		(SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1),
-		(SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1)`, s.c.cfg.Slot).Scan(&cur, &confirmed, &restart)
+	st, err := schema.ReadSlotStatus(ctx, s.c.pool, s.c.cfg.Slot)
 	if err == nil {
-		smp.SlotLagBytes = lsnDiff(cur, confirmed)
-		smp.RetainedWALBytes = lsnDiff(cur, restart)
-	} else if ctx.Err() == nil {
+		smp.SlotLagBytes = lsnDiff(&st.CurrentWALLSN, &st.ConfirmedFlushLSN)
+		smp.RetainedWALBytes = lsnDiff(&st.CurrentWALLSN, &st.RestartLSN)
+	} else if ctx.Err() == nil && !errors.Is(err, schema.ErrSlotNotFound) {
 		s.c.logger.Debug("sampling slot", "slot", s.c.cfg.Slot, "err", err)
 	}
 

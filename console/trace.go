@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
+	"github.com/eventforge/eventforge/schema"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -177,15 +179,14 @@ func (c *Console) trace(ctx context.Context, orderID string) (*trace, error) {
 		return nil, err
 	}
 	t.CommitLSN = commit.String()
-	var confirmed *string
-	err = c.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, active_pid FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).
-		Scan(&confirmed, &t.Slot.ActivePID)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	st, err := schema.ReadSlotStatus(ctx, c.pool, c.cfg.Slot)
+	if err != nil && !errors.Is(err, schema.ErrSlotNotFound) {
 		return nil, err
 	}
-	if confirmed != nil {
-		t.Slot.ConfirmedLSN = *confirmed
-		if lsn, err := pglogrepl.ParseLSN(*confirmed); err == nil {
+	t.Slot.ActivePID = st.ActivePID
+	if st.ConfirmedFlushLSN != "" {
+		t.Slot.ConfirmedLSN = st.ConfirmedFlushLSN
+		if lsn, err := pglogrepl.ParseLSN(st.ConfirmedFlushLSN); err == nil {
 			t.Slot.Confirmed = lsn >= commit
 		}
 	}
@@ -198,8 +199,8 @@ func (c *Console) trace(ctx context.Context, orderID string) (*trace, error) {
 	partitions := map[int32]bool{}
 	for _, r := range recs {
 		replay := isReplay(r.Headers)
-		t.Records = append(t.Records, traceRecord{Topic: c.cfg.Topic, Partition: r.Partition, Offset: r.Offset, EventID: r.Headers["id"],
-			Type: r.Headers["type"], Timestamp: r.Timestamp, Replay: replay})
+		t.Records = append(t.Records, traceRecord{Topic: c.cfg.Topic, Partition: r.Partition, Offset: r.Offset, EventID: r.Headers[contract.HeaderID],
+			Type: r.Headers[contract.HeaderType], Timestamp: r.Timestamp, Replay: replay})
 		partitions[r.Partition] = true
 	}
 

@@ -20,21 +20,22 @@ import (
 	"github.com/eventforge/eventforge/consumer/fulfillment"
 	"github.com/eventforge/eventforge/consumer/ledger"
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/metrics"
 )
 
 // Config configures one consumer.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string.
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	// KafkaBrokers is the Kafka bootstrap server list.
-	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	// Name selects the handler and names the marks; one of: fulfillment, ledger.
 	Name string `name:"name" help:"Consumer (handler) name: fulfillment or ledger." default:"fulfillment" enum:"fulfillment,ledger"`
 	// Group is the Kafka consumer group; empty means eventforge-<name>.
 	Group string `name:"group" help:"Kafka consumer group (default eventforge-<name>)."`
 	// Topics are the topics consumed.
-	Topics []string `name:"topics" help:"Topics to consume." default:"eventforge.orders"`
+	Topics []string `name:"topics" help:"Topics to consume." default:"${topic}"`
 	// Workers bounds how many partitions are applied at the same time.
 	Workers int `name:"workers" help:"Partitions applied concurrently (each in order)." default:"4"`
 	// BatchSize is the most records of one partition applied in one
@@ -80,10 +81,10 @@ type Config struct {
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:      "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		DatabaseURL:      contract.DatabaseURL,
 		KafkaBrokers:     "127.0.0.1:19092",
 		Name:             fulfillment.Name,
-		Topics:           []string{"eventforge.orders"},
+		Topics:           []string{contract.Topic},
 		Workers:          4,
 		BatchSize:        100,
 		QueueSize:        5000,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/schema"
 )
@@ -39,7 +40,7 @@ func TestCDCRefusesMisconfiguration(t *testing.T) {
 
 	t.Run("outbox table outside the publication", func(t *testing.T) {
 		wantRefused(t, cdcArgs(env, "--outbox-table", "public.orders"),
-			"outbox table public.orders is not in publication \""+schema.Publication+"\"")
+			"outbox table public.orders is not in publication \""+contract.Publication+"\"")
 	})
 
 	t.Run("publication without inserts", func(t *testing.T) {
@@ -57,8 +58,8 @@ func TestCDCRefusesMisconfiguration(t *testing.T) {
 		}
 		// A logical slot keeps its database from being dropped.
 		t.Cleanup(func() {
-			if _, err := env.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
-				t.Errorf("dropping slot %s: %v", slot, err)
+			if err := schema.DropSlot(context.Background(), env.Pool, slot); err != nil {
+				t.Error(err)
 			}
 		})
 		other := *env
@@ -83,6 +84,6 @@ func TestCDCRefusesWALLevelReplica(t *testing.T) {
 	}
 	stack.StopPostgres(t, false)
 	stack.Start(t)
-	env := &testenv.Env{Endpoints: stack.Endpoints, DatabaseURL: stack.Endpoints.PostgresDSN, Slot: schema.Slot, Topic: "eventforge.orders"}
+	env := &testenv.Env{Endpoints: stack.Endpoints, DatabaseURL: stack.Endpoints.PostgresDSN, Slot: contract.Slot, Topic: contract.Topic}
 	wantRefused(t, cdcArgs(env), "wal_level=replica", "needs wal_level=logical")
 }

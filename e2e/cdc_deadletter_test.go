@@ -10,6 +10,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -149,7 +150,7 @@ func windowRelayDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	} else {
 		for _, r := range recs {
-			if r.Headers["id"] == eventID {
+			if r.Headers[contract.HeaderID] == eventID {
 				t.Fatalf("the refused event is in Kafka at %d@%d before the replay", r.Partition, r.Offset)
 			}
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -40,11 +41,10 @@ func dropSlotUnderReader(t *testing.T, pl *pipeline) {
 	t.Helper()
 	ctx := context.Background()
 	testenv.Eventually(t, time.Minute, "slot dropped between the reader's reconnects", func() error {
-		if _, err := pl.env.Pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, pl.env.Slot); err != nil {
+		if err := terminateSlotReader(ctx, pl); err != nil {
 			return err
 		}
-		_, err := pl.env.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, pl.env.Slot)
-		return err
+		return schema.DropSlot(ctx, pl.env.Pool, pl.env.Slot)
 	})
 }
 
@@ -90,12 +90,11 @@ func windowSlotLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := pl.env.Pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, pl.env.Slot); err != nil {
+	if err := terminateSlotReader(ctx, pl); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, "frozen reader's slot dropped", func() error {
-		_, err := pl.env.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, pl.env.Slot)
-		return err
+		return schema.DropSlot(ctx, pl.env.Pool, pl.env.Slot)
 	})
 	waitOrdersCommitted(t, pl, 200)
 	if _, err := schema.EnsureSlot(ctx, pl.env.Pool, pl.env.Slot); err != nil {
@@ -194,12 +193,12 @@ func windowSlotInvalidated(t *testing.T) {
 		if _, err := admin.Exec(ctx, `CHECKPOINT`); err != nil {
 			return err
 		}
-		var status string
-		if err := pl.env.Pool.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1`, pl.env.Slot).Scan(&status); err != nil {
+		st, err := schema.ReadSlotStatus(ctx, pl.env.Pool, pl.env.Slot)
+		if err != nil {
 			return err
 		}
-		if status != "lost" {
-			return fmt.Errorf("wal_status %q", status)
+		if st.WALStatus != "lost" {
+			return fmt.Errorf("wal_status %q", st.WALStatus)
 		}
 		return nil
 	})
@@ -221,4 +220,18 @@ func windowSlotInvalidated(t *testing.T) {
 	if !strings.Contains(string(log), "the replication slot was invalidated") {
 		t.Fatalf("reader log %s does not name the invalidated slot", restarted.log)
 	}
+}
+
+// terminateSlotReader ends the walsender streaming the pipeline's slot, if
+// the slot exists and one does.
+func terminateSlotReader(ctx context.Context, pl *pipeline) error {
+	st, err := schema.ReadSlotStatus(ctx, pl.env.Pool, pl.env.Slot)
+	if errors.Is(err, schema.ErrSlotNotFound) {
+		return nil
+	}
+	if err != nil || st.ActivePID == nil {
+		return err
+	}
+	_, err = pl.env.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *st.ActivePID)
+	return err
 }

@@ -21,7 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/schema"
 )
 
 // cdcReader starts `eventforge cdc` on env's slot and topic with a metrics
@@ -109,7 +111,7 @@ func insertEvents(ctx context.Context, t testing.TB, pool *pgxpool.Pool, n, orde
 		for i := range rows {
 			id := uuid.NewString()
 			ids = append(ids, id)
-			rows[i] = []any{id, "order", orderIDs[i%orders], "OrderCreated",
+			rows[i] = []any{id, contract.AggregateOrder, orderIDs[i%orders], contract.TypeOrderCreated,
 				fmt.Sprintf(`{"seq": %d, "pad": "%s"}`, i/orders, strings.Repeat("x", 150)), `{}`}
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"outbox"}, []string{"id", "aggregatetype", "aggregateid", "type", "payload", "headers"}, pgx.CopyFromRows(rows))
@@ -225,7 +227,7 @@ func checkDelivery(stored []storedEvent, recs []testenv.Record) deliveryCheck {
 	partOf := map[string]int32{}
 	nextSeq := map[string]int{}
 	for _, r := range recs {
-		id := r.Headers["id"]
+		id := r.Headers[contract.HeaderID]
 		e, ok := byID[id]
 		if !ok {
 			c.Failures = append(c.Failures, fmt.Sprintf("record %d@%d with id %q is not in the outbox", r.Partition, r.Offset, id))
@@ -281,8 +283,8 @@ func waitDelivered(t testing.TB, env *testenv.Env, timeout time.Duration) delive
 		}
 		got := map[string]bool{}
 		for _, r := range recs {
-			if want[r.Headers["id"]] {
-				got[r.Headers["id"]] = true
+			if want[r.Headers[contract.HeaderID]] {
+				got[r.Headers[contract.HeaderID]] = true
 			}
 		}
 		if len(got) < len(want) {
@@ -300,12 +302,11 @@ func waitDelivered(t testing.TB, env *testenv.Env, timeout time.Duration) delive
 
 // slotConfirmed returns the slot's confirmed_flush_lsn.
 func slotConfirmed(env *testenv.Env) (pglogrepl.LSN, error) {
-	var s string
-	err := env.Pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, env.Slot).Scan(&s)
+	st, err := schema.ReadSlotStatus(context.Background(), env.Pool, env.Slot)
 	if err != nil {
 		return 0, err
 	}
-	return pglogrepl.ParseLSN(s)
+	return pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
 }
 
 // currentLSN returns the server's current WAL position.

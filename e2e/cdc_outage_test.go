@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
-	"github.com/eventforge/eventforge/schema"
 )
 
 // outageProducerFlags shorten the reader's producer request timeouts, so
@@ -192,7 +192,7 @@ func TestCDCShutdownWhileKafkaDown(t *testing.T) {
 	// stalled insert past its confirmed position.
 	var pending int
 	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
-		'proto_version', '1', 'publication_names', $2) WHERE get_byte(data, 0) = 73`, env.Slot, schema.Publication).Scan(&pending); err != nil {
+		'proto_version', '1', 'publication_names', $2) WHERE get_byte(data, 0) = 73`, env.Slot, contract.Publication).Scan(&pending); err != nil {
 		t.Fatal(err)
 	}
 	if pending != len(stalled) {

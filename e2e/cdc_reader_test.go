@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/schema"
 )
 
 // TestCDCCrashMidTransaction: a 1,000-event transaction; the reader is
@@ -77,11 +80,11 @@ func TestCDCIdleWAL(t *testing.T) {
 	t.Logf("wrote %.1f MB of WAL to another table", float64(end-start)/(1<<20))
 
 	testenv.Eventually(t, 2*time.Minute, "slot lag under 1 MB", func() error {
-		var lag int64
-		err := env.Pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1`, env.Slot).Scan(&lag)
+		st, err := schema.ReadSlotStatus(ctx, env.Pool, env.Slot)
 		if err != nil {
 			return err
 		}
+		lag := st.LagBytes
 		if lag >= 1<<20 {
 			return fmt.Errorf("slot lag %d bytes", lag)
 		}
@@ -194,16 +197,14 @@ func TestCDCSlotCommands(t *testing.T) {
 	}
 	reader.stop()
 	testenv.Eventually(t, 30*time.Second, "slot released", func() error {
-		var active bool
-		if err := env.Pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, env.Slot).Scan(&active); err != nil || active {
-			return fmt.Errorf("active %v, err %v", active, err)
+		if st, err := schema.ReadSlotStatus(context.Background(), env.Pool, env.Slot); err != nil || st.Active {
+			return fmt.Errorf("active %v, err %v", st.Active, err)
 		}
 		return nil
 	})
 	runCommand(t, 0, append([]string{"slot", "drop", "--yes"}, base...)...)
-	var n int
-	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, env.Slot).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("after slot drop: %d slots named %s (err %v)", n, env.Slot, err)
+	if _, err := schema.ReadSlotStatus(context.Background(), env.Pool, env.Slot); !errors.Is(err, schema.ErrSlotNotFound) {
+		t.Fatalf("after slot drop: slot %s read with err %v, want it not found", env.Slot, err)
 	}
 	runCommand(t, 1, append([]string{"slot", "status"}, base...)...)
 }
@@ -224,7 +225,7 @@ func TestCDCOutboxReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
-		by[r.Headers["id"]]++
+		by[r.Headers[contract.HeaderID]]++
 	}
 	if len(recs) != 2 || by[ids[3]] != 1 || by[ids[7]] != 1 {
 		t.Fatalf("replay by ID: records %v, want one each of %s and %s", by, ids[3], ids[7])
@@ -244,10 +245,10 @@ func TestCDCOutboxReplay(t *testing.T) {
 	}
 	clear(by)
 	for _, r := range recs {
-		id := r.Headers["id"]
+		id := r.Headers[contract.HeaderID]
 		by[id]++
-		if r.Key != orderOf[id] || r.Headers["ce_id"] != id {
-			t.Errorf("replayed record %d@%d: key %q, ce_id %q; want the original order %q and event ID %q", r.Partition, r.Offset, r.Key, r.Headers["ce_id"], orderOf[id], id)
+		if r.Key != orderOf[id] || r.Headers[contract.HeaderCEID] != id {
+			t.Errorf("replayed record %d@%d: key %q, ce_id %q; want the original order %q and event ID %q", r.Partition, r.Offset, r.Key, r.Headers[contract.HeaderCEID], orderOf[id], id)
 		}
 	}
 	for i, id := range ids {

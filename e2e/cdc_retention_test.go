@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -57,7 +58,7 @@ func waitEventsInKafka(t testing.TB, env *testenv.Env, ids []string, timeout tim
 		}
 		got := map[string]bool{}
 		for _, r := range recs {
-			got[r.Headers["id"]] = true
+			got[r.Headers[contract.HeaderID]] = true
 		}
 		missing := 0
 		for _, id := range ids {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -59,7 +60,7 @@ func windowRetriesExhausted(t *testing.T) {
 		var c checker
 		c.t = t
 		want := map[string]string{
-			"id": ev.id, "type": "OrderCreated", "content-type": "application/json", "ce_id": ev.id,
+			contract.HeaderID: ev.id, contract.HeaderType: contract.TypeOrderCreated, contract.HeaderContentType: contract.ContentTypeJSON, contract.HeaderCEID: ev.id,
 			dlq.HeaderOriginalTopic: pl.env.Topic, dlq.HeaderConsumer: "fulfillment", dlq.HeaderErrorClass: "not_found", dlq.HeaderAttempts: "3",
 		}
 		for k, v := range want {
@@ -67,7 +68,7 @@ func windowRetriesExhausted(t *testing.T) {
 				c.errorf("DLQ record %s: header %s = %q, want %q", e.Position(), k, got, v)
 			}
 		}
-		for _, k := range []string{dlq.HeaderOriginalPartition, dlq.HeaderOriginalOffset, dlq.HeaderErrorMessage, dlq.HeaderFirstFailedAt, dlq.HeaderLastFailedAt, "ce_time", "ce_type", "ce_source", "ce_specversion"} {
+		for _, k := range []string{dlq.HeaderOriginalPartition, dlq.HeaderOriginalOffset, dlq.HeaderErrorMessage, dlq.HeaderFirstFailedAt, dlq.HeaderLastFailedAt, contract.HeaderCETime, contract.HeaderCEType, contract.HeaderCESource, contract.HeaderCESpecVersion} {
 			if e.Header(k) == "" {
 				c.errorf("DLQ record %s: header %s missing", e.Position(), k)
 			}
@@ -161,7 +162,7 @@ func TestConsumerPoisonRecord(t *testing.T) {
 	ep := newEventProducer(t, pl)
 	orders := seedOrders(t, pl, 40, 5)
 	var evs []orderEvent
-	poison := orderEvent{id: uuid.NewString(), typ: "OrderCreated", key: orders[0].id, payload: []byte(`{"order_id": "` + orders[0].id), partition: 0}
+	poison := orderEvent{id: uuid.NewString(), typ: contract.TypeOrderCreated, key: orders[0].id, payload: []byte(`{"order_id": "` + orders[0].id), partition: 0}
 	for i, o := range orders[1:] {
 		if i == 20 {
 			evs = append(evs, poison)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -131,7 +132,7 @@ func createdEvent(o seededOrder) orderEvent {
 	if err != nil {
 		panic(err)
 	}
-	return orderEvent{id: uuid.NewString(), typ: "OrderCreated", key: o.id, payload: b, partition: kafka.PartitionAny}
+	return orderEvent{id: uuid.NewString(), typ: contract.TypeOrderCreated, key: o.id, payload: b, partition: kafka.PartitionAny}
 }
 
 func cancelledEvent(o seededOrder) orderEvent {
@@ -139,7 +140,7 @@ func cancelledEvent(o seededOrder) orderEvent {
 	if err != nil {
 		panic(err)
 	}
-	return orderEvent{id: uuid.NewString(), typ: "OrderCancelled", key: o.id, payload: b, partition: kafka.PartitionAny}
+	return orderEvent{id: uuid.NewString(), typ: contract.TypeOrderCancelled, key: o.id, payload: b, partition: kafka.PartitionAny}
 }
 
 // eventProducer produces order events with the CDC reader's record contract.
@@ -174,11 +175,11 @@ func (ep *eventProducer) send(t testing.TB, evs ...orderEvent) {
 			Key:            []byte(ev.key),
 			Value:          ev.payload,
 			Headers: []kafka.Header{
-				{Key: "id", Value: []byte(ev.id)}, {Key: "type", Value: []byte(ev.typ)},
-				{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(ev.id)},
-				{Key: "ce_type", Value: []byte(ceType)}, {Key: "ce_source", Value: []byte("/eventforge/order")},
-				{Key: "ce_time", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
-				{Key: "content-type", Value: []byte("application/json")},
+				{Key: contract.HeaderID, Value: []byte(ev.id)}, {Key: contract.HeaderType, Value: []byte(ev.typ)},
+				{Key: contract.HeaderCESpecVersion, Value: []byte(contract.CESpecVersion)}, {Key: contract.HeaderCEID, Value: []byte(ev.id)},
+				{Key: contract.HeaderCEType, Value: []byte(ceType)}, {Key: contract.HeaderCESource, Value: []byte("/eventforge/order")},
+				{Key: contract.HeaderCETime, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+				{Key: contract.HeaderContentType, Value: []byte(contract.ContentTypeJSON)},
 			},
 		}
 		for {

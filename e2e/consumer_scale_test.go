@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -225,7 +226,7 @@ func TestConsumerCreatedThenCancelledInOrder(t *testing.T) {
 		FROM unnest($1::uuid[], $2::uuid[]) AS p(created, cancelled)
 		JOIN processed_events a ON a.event_id = p.created
 		JOIN processed_events b ON b.event_id = p.cancelled AND b.consumer = a.consumer
-		WHERE a.processed_at > b.processed_at`, idsOf(evs, "OrderCreated"), idsOf(evs, "OrderCancelled")).Scan(&inverted); err != nil {
+		WHERE a.processed_at > b.processed_at`, idsOf(evs, contract.TypeOrderCreated), idsOf(evs, contract.TypeOrderCancelled)).Scan(&inverted); err != nil {
 		t.Fatal(err)
 	}
 	if inverted != 0 {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -55,12 +56,7 @@ func currentWAL(t testing.TB, pl *pipeline) pglogrepl.LSN {
 }
 
 func confirmedFlush(pl *pipeline) (pglogrepl.LSN, error) {
-	var s string
-	err := pl.env.Pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, pl.env.Slot).Scan(&s)
-	if err != nil {
-		return 0, err
-	}
-	return pglogrepl.ParseLSN(s)
+	return slotConfirmed(pl.env)
 }
 
 func waitProcessed(t testing.TB, pl *pipeline, orderID, eventID string) {
@@ -82,7 +78,7 @@ func recordsByEventID(t testing.TB, pl *pipeline) map[string][]testenv.Record {
 	}
 	by := map[string][]testenv.Record{}
 	for _, r := range recs {
-		by[r.Headers["id"]] = append(by[r.Headers["id"]], r)
+		by[r.Headers[contract.HeaderID]] = append(by[r.Headers[contract.HeaderID]], r)
 	}
 	return by
 }

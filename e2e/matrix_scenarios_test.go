@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/eventforge/eventforge/api/store"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/localstack"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
@@ -207,7 +208,7 @@ func windowAPICrashBeforeCommit(t *testing.T) {
 	pl.startAPI(t)
 	orderID, eventID := createGRPC(t, client, "survivor")
 	waitProcessed(t, pl, orderID, eventID)
-	if recs, err := testenv.ReadTopic(pl.env.Endpoints.KafkaBootstrap, pl.env.Topic); err != nil || len(recs) != 1 || recs[0].Headers["id"] != eventID {
+	if recs, err := testenv.ReadTopic(pl.env.Endpoints.KafkaBootstrap, pl.env.Topic); err != nil || len(recs) != 1 || recs[0].Headers[contract.HeaderID] != eventID {
 		t.Fatalf("topic holds %d records (err %v); want only the survivor's event %s", len(recs), err, eventID)
 	}
 	mustDrain(t, pl)

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -91,13 +92,13 @@ func TestCancelOrdering(t *testing.T) {
 			t.Errorf("order %s: records in partitions %d and %d", o.id, rs[0].Partition, rs[1].Partition)
 		}
 		want := []struct{ id, typ, ceType string }{
-			{o.created, "OrderCreated", "eventforge.order.created.v1"},
-			{o.cancelled, "OrderCancelled", "eventforge.order.cancelled.v1"},
+			{o.created, contract.TypeOrderCreated, "eventforge.order.created.v1"},
+			{o.cancelled, contract.TypeOrderCancelled, "eventforge.order.cancelled.v1"},
 		}
 		for k, w := range want {
 			h := rs[k].Headers
-			if h["id"] != w.id || h["ce_id"] != w.id || h["ce_type"] != w.ceType || h["ce_specversion"] != "1.0" ||
-				h["ce_source"] == "" || h["ce_time"] == "" || h["content-type"] != "application/json" {
+			if h[contract.HeaderID] != w.id || h[contract.HeaderCEID] != w.id || h[contract.HeaderCEType] != w.ceType || h[contract.HeaderCESpecVersion] != contract.CESpecVersion ||
+				h[contract.HeaderCESource] == "" || h[contract.HeaderCETime] == "" || h[contract.HeaderContentType] != contract.ContentTypeJSON {
 				t.Errorf("order %s record %d (offset %d): headers %v, want event %s of type %s first-to-last", o.id, k, rs[k].Offset, h, w.id, w.ceType)
 			}
 			if !strings.HasPrefix(h["traceparent"], "00-") {

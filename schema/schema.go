@@ -19,16 +19,9 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-// Names shared by every component. Each has a flag to override it where a
-// component uses it.
-const (
-	// Publication is the publication on the outbox table (publish = 'insert').
-	Publication = "eventforge_outbox"
-	// Slot is the default logical replication slot the CDC reader consumes.
-	Slot = "eventforge_outbox"
-	// OutputPlugin is the logical decoding plugin of the slot.
-	OutputPlugin = "pgoutput"
-)
+// OutputPlugin is the logical decoding plugin of the slot. The default slot
+// and publication names are contract.Slot and contract.Publication.
+const OutputPlugin = "pgoutput"
 
 //go:embed migrations/*.sql
 var migrations embed.FS

@@ -2,10 +2,12 @@ package schema_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/schema"
 )
@@ -27,15 +29,15 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 
 	var insert, update, del bool
-	err = env.Pool.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = $1`, schema.Publication).Scan(&insert, &update, &del)
+	err = env.Pool.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = $1`, contract.Publication).Scan(&insert, &update, &del)
 	if err != nil {
-		t.Fatalf("publication %s: %v", schema.Publication, err)
+		t.Fatalf("publication %s: %v", contract.Publication, err)
 	}
 	if !insert || update || del {
 		t.Fatalf("publication publishes insert=%v update=%v delete=%v, want inserts only", insert, update, del)
 	}
 	var tables []string
-	rows, err := env.Pool.Query(ctx, `SELECT tablename FROM pg_publication_tables WHERE pubname = $1`, schema.Publication)
+	rows, err := env.Pool.Query(ctx, `SELECT tablename FROM pg_publication_tables WHERE pubname = $1`, contract.Publication)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +52,15 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Fatalf("publication tables %v, want [outbox]", tables)
 	}
 
-	var plugin string
-	if err := env.Pool.QueryRow(ctx, `SELECT plugin FROM pg_replication_slots WHERE slot_name = $1`, env.Slot).Scan(&plugin); err != nil || plugin != schema.OutputPlugin {
-		t.Fatalf("slot plugin %q (err %v), want %s", plugin, err, schema.OutputPlugin)
+	st, err := schema.ReadSlotStatus(ctx, env.Pool, env.Slot)
+	if err != nil || st.Plugin != schema.OutputPlugin {
+		t.Fatalf("slot plugin %q (err %v), want %s", st.Plugin, err, schema.OutputPlugin)
+	}
+	if err := schema.DropSlotsIfExist(ctx, env.Pool, env.Slot, "no_such_slot"); err != nil {
+		t.Fatalf("dropping the slot and a missing one: %v", err)
+	}
+	if _, err := schema.ReadSlotStatus(ctx, env.Pool, env.Slot); !errors.Is(err, schema.ErrSlotNotFound) {
+		t.Fatalf("after the drop: %v, want ErrSlotNotFound", err)
 	}
 
 	// Debezium-compatible outbox columns plus headers and created_at.

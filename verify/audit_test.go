@@ -6,22 +6,23 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/consumer"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
 func rec(p int32, off int64, key, id string) kafkaread.Record {
-	return kafkaread.Record{Partition: p, Offset: off, Key: key, Headers: map[string]string{"id": id}}
+	return kafkaread.Record{Partition: p, Offset: off, Key: key, Headers: map[string]string{contract.HeaderID: id}}
 }
 
 // typed is rec with the event type header.
 func typed(p int32, off int64, key, id, typ string) kafkaread.Record {
 	r := rec(p, off, key, id)
-	r.Headers["type"] = typ
+	r.Headers[contract.HeaderType] = typ
 	return r
 }
 
 func TestCheckDeliveries(t *testing.T) {
-	events := []outboxEvent{{id: "e1", key: "o1", typ: "OrderCreated"}, {id: "e2", key: "o1", typ: "OrderCancelled"}, {id: "e3", key: "o2", typ: "OrderCreated"}}
+	events := []outboxEvent{{id: "e1", key: "o1", typ: contract.TypeOrderCreated}, {id: "e2", key: "o1", typ: contract.TypeOrderCancelled}, {id: "e3", key: "o2", typ: contract.TypeOrderCreated}}
 	tests := []struct {
 		name       string
 		records    []kafkaread.Record
@@ -136,7 +137,7 @@ func TestReportOK(t *testing.T) {
 }
 
 func TestCheckDeliveriesGraceAndPrunedOutbox(t *testing.T) {
-	created, cancelled := "OrderCreated", "OrderCancelled"
+	created, cancelled := contract.TypeOrderCreated, contract.TypeOrderCancelled
 	tests := []struct {
 		name       string
 		events     []outboxEvent

@@ -1,7 +1,7 @@
 package verify
 
 import (
-	"github.com/eventforge/eventforge/consumer/payload"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
@@ -26,7 +26,7 @@ func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []k
 	first := map[string]pos{}
 	partitionsOfKey := map[string]map[int32]bool{}
 	for _, r := range records {
-		id := r.Headers["id"]
+		id := r.Headers[contract.HeaderID]
 		seen[id]++
 		if p, ok := first[id]; !ok || (p.partition == r.Partition && r.Offset < p.offset) {
 			first[id] = pos{r.Partition, r.Offset}
@@ -93,13 +93,13 @@ func checkCreatedFirst(rep *Report, records []kafkaread.Record, first map[string
 	others := map[string][]event{}
 	done := map[string]bool{}
 	for _, r := range records {
-		id := r.Headers["id"]
+		id := r.Headers[contract.HeaderID]
 		if _, dead := relay[id]; done[id] || dead {
 			continue
 		}
 		done[id] = true
-		e := event{id: id, typ: r.Headers["type"], at: first[id]}
-		if e.typ == payload.TypeOrderCreated {
+		e := event{id: id, typ: r.Headers[contract.HeaderType], at: first[id]}
+		if e.typ == contract.TypeOrderCreated {
 			if c, ok := created[r.Key]; !ok || e.at.offset < c.at.offset {
 				created[r.Key] = e
 			}
@@ -128,7 +128,7 @@ func checkConsumer(rep *Report, name string, records []kafkaread.Record, committ
 	rep.Purged[name] = len(purged)
 	pending := map[string]bool{}
 	for _, r := range records {
-		id := r.Headers["id"]
+		id := r.Headers[contract.HeaderID]
 		if marks[id] || dead[id] || purged[id] {
 			continue
 		}

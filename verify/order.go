@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
@@ -148,7 +149,7 @@ func auditOrder(ctx context.Context, cfg Config, pool *pgxpool.Pool, kr *kafkare
 	for _, rs := range [][]kafkaread.Record{records, dead} {
 		for _, r := range rs {
 			if r.Key == orderID {
-				add(r.Headers["id"])
+				add(r.Headers[contract.HeaderID])
 			}
 		}
 	}
@@ -187,8 +188,8 @@ func orderCounts(orderID string, logical int, records, dead []kafkaread.Record, 
 		if r.Key != orderID {
 			continue
 		}
-		rep.Records = append(rep.Records, OrderRecord{EventID: r.Headers["id"], Type: r.Headers["type"], Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp})
-		ids[r.Headers["id"]] = true
+		rep.Records = append(rep.Records, OrderRecord{EventID: r.Headers[contract.HeaderID], Type: r.Headers[contract.HeaderType], Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp})
+		ids[r.Headers[contract.HeaderID]] = true
 	}
 	sort.Slice(rep.Records, func(i, j int) bool {
 		a, b := rep.Records[i], rep.Records[j]

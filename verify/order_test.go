@@ -3,12 +3,13 @@ package verify
 import (
 	"testing"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
 func TestOrderCounts(t *testing.T) {
 	dlq := func(key, id, consumer string) kafkaread.Record {
-		return kafkaread.Record{Key: key, Headers: map[string]string{"id": id, "dlq.consumer": consumer}}
+		return kafkaread.Record{Key: key, Headers: map[string]string{contract.HeaderID: id, "dlq.consumer": consumer}}
 	}
 	tests := []struct {
 		name       string

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
@@ -23,7 +24,7 @@ func deadLetter(id, order, typ, lsn string, replayed bool) cdc.DeadLetter {
 }
 
 func TestCheckDeliveriesRelayDeadLetters(t *testing.T) {
-	created, cancelled := "OrderCreated", "OrderCancelled"
+	created, cancelled := contract.TypeOrderCreated, contract.TypeOrderCancelled
 	o1 := []outboxEvent{{id: "e1", key: "o1", typ: created, age: time.Hour}, {id: "e2", key: "o1", typ: cancelled, age: time.Hour}}
 	tests := []struct {
 		name       string
@@ -153,8 +154,8 @@ func TestCheckDeliveriesRelayDeadLetters(t *testing.T) {
 
 func TestAttributeRelayDeadLetters(t *testing.T) {
 	const id, order = "0195f5a8-0000-7000-8000-000000000001", "0195f5a8-0000-7000-8000-0000000000aa"
-	a := attribute(nil, nil, nil, nil, relayDeadLetters{id: deadLetter(id, order, "OrderCreated", "0/1", false)})
-	if len(a.ids) != 1 || a.ids[0] != id || a.orders[0] != order || a.types[0] != "OrderCreated" {
+	a := attribute(nil, nil, nil, nil, relayDeadLetters{id: deadLetter(id, order, contract.TypeOrderCreated, "0/1", false)})
+	if len(a.ids) != 1 || a.ids[0] != id || a.orders[0] != order || a.types[0] != contract.TypeOrderCreated {
 		t.Fatalf("attribution %+v, want the dead letter's event, order and type", a)
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
+	"github.com/eventforge/eventforge/schema"
 )
 
 // outboxEvent is one row of the outbox snapshot, in commit order.
@@ -47,15 +49,14 @@ func (a *auditor) currentWAL(ctx context.Context) (pglogrepl.LSN, error) {
 }
 
 func (a *auditor) slotConfirmed(ctx context.Context) (pglogrepl.LSN, error) {
-	var s *string
-	err := a.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, a.cfg.Slot).Scan(&s)
+	st, err := schema.ReadSlotStatus(ctx, a.pool, a.cfg.Slot)
 	if err != nil {
-		return 0, fmt.Errorf("reading slot %s: %w", a.cfg.Slot, err)
+		return 0, err
 	}
-	if s == nil {
+	if st.ConfirmedFlushLSN == "" {
 		return 0, nil
 	}
-	return pglogrepl.ParseLSN(*s)
+	return pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
 }
 
 func (a *auditor) marks(ctx context.Context, consumer string) (map[string]bool, error) {
@@ -92,7 +93,7 @@ func byConsumer(dlq []kafkaread.Record) map[string]map[string]bool {
 		if out[c] == nil {
 			out[c] = map[string]bool{}
 		}
-		out[c][r.Headers["id"]] = true
+		out[c][r.Headers[contract.HeaderID]] = true
 	}
 	return out
 }
@@ -172,7 +173,7 @@ func attribute(events []outboxEvent, records, dlq []kafkaread.Record, purged pur
 	}
 	for _, rs := range [][]kafkaread.Record{records, dlq} {
 		for _, r := range rs {
-			add(r.Headers["id"], r.Key, r.Headers["type"])
+			add(r.Headers[contract.HeaderID], r.Key, r.Headers[contract.HeaderType])
 		}
 	}
 	for _, p := range purged {

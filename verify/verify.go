@@ -27,16 +27,17 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/contract"
 )
 
 // Config says what to audit.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string.
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	// KafkaBrokers is the Kafka bootstrap server list.
-	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	// Topic is the topic the CDC reader publishes order events to.
-	Topic string `name:"topic" help:"Topic of the order events." default:"eventforge.orders"`
+	Topic string `name:"topic" help:"Topic of the order events." default:"${topic}"`
 	// DLQTopic is the dead-letter topic; empty means <topic>.dlq. A missing
 	// DLQ topic is treated as empty.
 	DLQTopic string `name:"dlq-topic" help:"Dead-letter topic (default <topic>.dlq)."`
@@ -45,7 +46,7 @@ type Config struct {
 	// (DefaultConsumers).
 	Consumers map[string]string `name:"consumer" help:"consumer=group pairs to audit (repeatable; default: every consumer with its default group, eventforge-<name>)."`
 	// Slot is the replication slot of the CDC reader.
-	Slot string `name:"slot" help:"Replication slot of the CDC reader." default:"eventforge_outbox"`
+	Slot string `name:"slot" help:"Replication slot of the CDC reader." default:"${slot}"`
 	// DeadLetterTable is the relay's dead-letter table (cdc's
 	// --dead-letter-table); only its rows of Slot are audited. A missing
 	// table holds no dead letters.
@@ -66,9 +67,9 @@ type Config struct {
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:     "postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable",
+		DatabaseURL:     contract.DatabaseURL,
 		KafkaBrokers:    "127.0.0.1:19092",
-		Topic:           "eventforge.orders",
+		Topic:           contract.Topic,
 		Consumers:       DefaultConsumers(),
 		Slot:            "eventforge_outbox",
 		DeadLetterTable: cdc.DefaultConfig().DeadLetterTable,

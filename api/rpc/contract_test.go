@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/eventforge/eventforge/api/store"
+	"github.com/eventforge/eventforge/contract"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -354,7 +355,7 @@ func TestCancelOrder(t *testing.T) {
 				}
 				return
 			}
-			if resp.GetEventId() != ev.ID.String() || ev.Type != TypeOrderCancelled || ev.AggregateID != id.String() || ev.AggregateType != AggregateOrder {
+			if resp.GetEventId() != ev.ID.String() || ev.Type != contract.TypeOrderCancelled || ev.AggregateID != id.String() || ev.AggregateType != contract.AggregateOrder {
 				t.Fatalf("event %+v, response event %s", ev, resp.GetEventId())
 			}
 			var payload eventforgev1.OrderCancelled

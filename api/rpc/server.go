@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/eventforge/eventforge/api/store"
+	"github.com/eventforge/eventforge/contract"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -31,13 +32,6 @@ type Store interface {
 	ListOrders(ctx context.Context, q store.ListQuery) ([]store.Order, error)
 	CancelOrder(ctx context.Context, id uuid.UUID, at time.Time, event store.CancelEventFunc) (store.Cancelled, error)
 }
-
-// Event types and the aggregate type recorded in the outbox.
-const (
-	AggregateOrder     = "order"
-	TypeOrderCreated   = "OrderCreated"
-	TypeOrderCancelled = "OrderCancelled"
-)
 
 // Server implements eventforgev1.OrderServiceServer.
 type Server struct {
@@ -160,9 +154,9 @@ func newOrder(req *eventforgev1.CreateOrderRequest, total int64, orderID, eventI
 	}
 	return o, store.OutboxEvent{
 		ID:            eventID,
-		AggregateType: AggregateOrder,
+		AggregateType: contract.AggregateOrder,
 		AggregateID:   orderID.String(),
-		Type:          TypeOrderCreated,
+		Type:          contract.TypeOrderCreated,
 		Payload:       payload,
 	}, nil
 }
@@ -249,9 +243,9 @@ func (s *Server) CancelOrder(ctx context.Context, req *eventforgev1.CancelOrderR
 		}
 		return store.OutboxEvent{
 			ID:            eventID,
-			AggregateType: AggregateOrder,
+			AggregateType: contract.AggregateOrder,
 			AggregateID:   o.ID.String(),
-			Type:          TypeOrderCancelled,
+			Type:          contract.TypeOrderCancelled,
 			Payload:       payload,
 			Headers:       headers,
 		}, nil

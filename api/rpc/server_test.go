@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/eventforge/eventforge/api/store"
+	"github.com/eventforge/eventforge/contract"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -158,7 +159,7 @@ func TestCreateOrderWritesOrderAndEvent(t *testing.T) {
 	if gotOrder.Status != store.StatusCreated || resp.GetOrder().GetStatus() != eventforgev1.OrderStatus_ORDER_STATUS_CREATED {
 		t.Fatalf("status %q / %v", gotOrder.Status, resp.GetOrder().GetStatus())
 	}
-	if gotEvent.AggregateType != "order" || gotEvent.Type != "OrderCreated" || gotEvent.AggregateID != gotOrder.ID.String() {
+	if gotEvent.AggregateType != contract.AggregateOrder || gotEvent.Type != contract.TypeOrderCreated || gotEvent.AggregateID != gotOrder.ID.String() {
 		t.Fatalf("event %+v does not describe order %s", gotEvent, gotOrder.ID)
 	}
 	if resp.GetEventId() != gotEvent.ID.String() || gotEvent.ID == gotOrder.ID {

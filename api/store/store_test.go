@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
@@ -18,7 +19,7 @@ func newOrder(t *testing.T) (*Order, OutboxEvent) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	o := &Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c-1", Currency: "EUR", TotalCents: 10, Status: StatusCreated,
 		CreatedAt: now, UpdatedAt: now, Items: []Item{{SKU: "A", Quantity: 1, UnitPriceCents: 10}}}
-	ev := OutboxEvent{ID: uuid.Must(uuid.NewV7()), AggregateType: "order", AggregateID: o.ID.String(), Type: "OrderCreated", Payload: []byte(`{}`)}
+	ev := OutboxEvent{ID: uuid.Must(uuid.NewV7()), AggregateType: contract.AggregateOrder, AggregateID: o.ID.String(), Type: contract.TypeOrderCreated, Payload: []byte(`{}`)}
 	return o, ev
 }
 
@@ -81,7 +82,7 @@ func TestCancelOrderTransitions(t *testing.T) {
 	s := New(env.Pool)
 	ctx := context.Background()
 	event := func(o Order) (OutboxEvent, error) {
-		return OutboxEvent{ID: uuid.Must(uuid.NewV7()), AggregateType: "order", AggregateID: o.ID.String(), Type: "OrderCancelled", Payload: []byte(`{}`)}, nil
+		return OutboxEvent{ID: uuid.Must(uuid.NewV7()), AggregateType: contract.AggregateOrder, AggregateID: o.ID.String(), Type: contract.TypeOrderCancelled, Payload: []byte(`{}`)}, nil
 	}
 	for _, from := range []string{StatusCreated, StatusProcessed} {
 		o, ev := newOrder(t)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 func rel(id uint32, ns, name string, cols ...string) *pglogrepl.RelationMessage {
@@ -39,11 +41,11 @@ func TestDecoder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ev, ok, err := d.Insert(insert(1, s("2026-01-01 00:00:00+00"), s("OrderCreated"), s("e-1"), s("x"), s("o-1"), s("order"), s(`{"a":1}`), s(`{"traceparent":"00-abc-def-01"}`)))
+	ev, ok, err := d.Insert(insert(1, s("2026-01-01 00:00:00+00"), s(contract.TypeOrderCreated), s("e-1"), s("x"), s("o-1"), s("order"), s(`{"a":1}`), s(`{"traceparent":"00-abc-def-01"}`)))
 	if err != nil || !ok {
 		t.Fatalf("Insert: ok=%v err=%v", ok, err)
 	}
-	want := Event{ID: "e-1", AggregateType: "order", AggregateID: "o-1", Type: "OrderCreated", Payload: []byte(`{"a":1}`), CreatedAt: "2026-01-01 00:00:00+00"}
+	want := Event{ID: "e-1", AggregateType: contract.AggregateOrder, AggregateID: "o-1", Type: contract.TypeOrderCreated, Payload: []byte(`{"a":1}`), CreatedAt: "2026-01-01 00:00:00+00"}
 	if ev.ID != want.ID || ev.AggregateType != want.AggregateType || ev.AggregateID != want.AggregateID || ev.Type != want.Type || string(ev.Payload) != string(want.Payload) || ev.CreatedAt != want.CreatedAt {
 		t.Fatalf("event = %+v, want %+v", ev, want)
 	}

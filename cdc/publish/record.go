@@ -8,6 +8,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/eventforge/eventforge/cdc/decode"
+	"github.com/eventforge/eventforge/contract"
 )
 
 // Router chooses the Kafka topic of an event from its aggregate type.
@@ -34,16 +35,16 @@ func (r Router) Topic(agg string) string {
 func Record(ev *decode.Event, topic string) *kafka.Message {
 	headers := make([]kafka.Header, 0, 8+len(ev.Headers))
 	add := func(k, v string) { headers = append(headers, kafka.Header{Key: k, Value: []byte(v)}) }
-	add("id", ev.ID)
-	add("type", ev.Type)
-	add("ce_specversion", "1.0")
-	add("ce_id", ev.ID)
-	add("ce_type", CloudEventType(ev.AggregateType, ev.Type))
-	add("ce_source", "/eventforge/"+ev.AggregateType)
+	add(contract.HeaderID, ev.ID)
+	add(contract.HeaderType, ev.Type)
+	add(contract.HeaderCESpecVersion, contract.CESpecVersion)
+	add(contract.HeaderCEID, ev.ID)
+	add(contract.HeaderCEType, CloudEventType(ev.AggregateType, ev.Type))
+	add(contract.HeaderCESource, "/eventforge/"+ev.AggregateType)
 	if t, ok := parsePGTime(ev.CreatedAt); ok {
-		add("ce_time", t.UTC().Format(time.RFC3339Nano))
+		add(contract.HeaderCETime, t.UTC().Format(time.RFC3339Nano))
 	}
-	add("content-type", "application/json")
+	add(contract.HeaderContentType, contract.ContentTypeJSON)
 	for k, v := range ev.Headers {
 		add(k, v)
 	}

@@ -4,12 +4,13 @@ import (
 	"testing"
 
 	"github.com/eventforge/eventforge/cdc/decode"
+	"github.com/eventforge/eventforge/contract"
 )
 
 func TestCloudEventType(t *testing.T) {
 	tests := []struct{ agg, typ, want string }{
-		{"order", "OrderCreated", "eventforge.order.created.v1"},
-		{"order", "OrderCancelled", "eventforge.order.cancelled.v1"},
+		{"order", contract.TypeOrderCreated, "eventforge.order.created.v1"},
+		{"order", contract.TypeOrderCancelled, "eventforge.order.cancelled.v1"},
 		{"order", "OrderItemAdded", "eventforge.order.item.added.v1"},
 		{"payment", "Captured", "eventforge.payment.captured.v1"},
 	}
@@ -21,8 +22,8 @@ func TestCloudEventType(t *testing.T) {
 }
 
 func TestRouter(t *testing.T) {
-	r := Router{Topics: map[string]string{"order": "eventforge.orders"}, Fallback: "eventforge.{aggregatetype}"}
-	if got := r.Topic("order"); got != "eventforge.orders" {
+	r := Router{Topics: map[string]string{contract.AggregateOrder: contract.Topic}, Fallback: "eventforge.{aggregatetype}"}
+	if got := r.Topic("order"); got != contract.Topic {
 		t.Errorf("order → %q", got)
 	}
 	if got := r.Topic("payment"); got != "eventforge.payment" {
@@ -32,12 +33,12 @@ func TestRouter(t *testing.T) {
 
 func TestRecord(t *testing.T) {
 	ev := &decode.Event{
-		ID: "e-1", AggregateType: "order", AggregateID: "o-1", Type: "OrderCreated",
+		ID: "e-1", AggregateType: contract.AggregateOrder, AggregateID: "o-1", Type: contract.TypeOrderCreated,
 		Payload: []byte(`{"order_id":"o-1"}`), Headers: map[string]string{"traceparent": "00-abc-def-01"},
 		CreatedAt: "2026-11-30 05:00:01.5+00",
 	}
-	m := Record(ev, "eventforge.orders")
-	if *m.TopicPartition.Topic != "eventforge.orders" || string(m.Key) != "o-1" || string(m.Value) != `{"order_id":"o-1"}` {
+	m := Record(ev, contract.Topic)
+	if *m.TopicPartition.Topic != contract.Topic || string(m.Key) != "o-1" || string(m.Value) != `{"order_id":"o-1"}` {
 		t.Fatalf("record %v key %q value %q", m.TopicPartition, m.Key, m.Value)
 	}
 	got := map[string]string{}
@@ -48,9 +49,9 @@ func TestRecord(t *testing.T) {
 		got[h.Key] = string(h.Value)
 	}
 	want := map[string]string{
-		"id": "e-1", "type": "OrderCreated", "ce_specversion": "1.0", "ce_id": "e-1",
-		"ce_type": "eventforge.order.created.v1", "ce_source": "/eventforge/order",
-		"ce_time": "2026-11-30T05:00:01.5Z", "content-type": "application/json", "traceparent": "00-abc-def-01",
+		contract.HeaderID: "e-1", contract.HeaderType: contract.TypeOrderCreated, contract.HeaderCESpecVersion: contract.CESpecVersion, contract.HeaderCEID: "e-1",
+		contract.HeaderCEType: "eventforge.order.created.v1", contract.HeaderCESource: "/eventforge/order",
+		contract.HeaderCETime: "2026-11-30T05:00:01.5Z", contract.HeaderContentType: contract.ContentTypeJSON, "traceparent": "00-abc-def-01",
 	}
 	for k, v := range want {
 		if got[k] != v {

@@ -62,8 +62,8 @@ func (c *consumerCmd) Run(env *runEnv) error {
 }
 
 type migrateCmd struct {
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL (role with REPLICATION to create the slot)." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
-	Slot        string `name:"slot" help:"Logical replication slot to create if missing." default:"eventforge_outbox"`
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL (role with REPLICATION to create the slot)." default:"${database_url}"`
+	Slot        string `name:"slot" help:"Logical replication slot to create if missing." default:"${slot}"`
 	NoSlot      bool   `name:"no-slot" help:"Do not create the replication slot."`
 }
 

@@ -28,8 +28,8 @@ type dlqCmd struct {
 
 // dlqTopicFlags name the DLQ topic.
 type dlqTopicFlags struct {
-	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
-	Topic        string `name:"topic" help:"DLQ topic." default:"eventforge.orders.dlq"`
+	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
+	Topic        string `name:"topic" help:"DLQ topic." default:"${topic}.dlq"`
 }
 
 // dlqFilterFlags select records.
@@ -295,7 +295,7 @@ func (c *dlqReplayCmd) Run(env *runEnv) error {
 
 type dlqPurgeCmd struct {
 	dlqTopicFlags
-	DatabaseURL string        `name:"database-url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	DatabaseURL string        `name:"database-url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"${database_url}"`
 	OlderThan   time.Duration `name:"older-than" help:"Delete only records older than this (per partition, up to its first newer record)."`
 	Yes         bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 	"github.com/eventforge/eventforge/internal/logging"
@@ -56,6 +57,26 @@ type cli struct {
 	Probe    probeCmd    `cmd:"" name:"probe" help:"Check an HTTP health endpoint (container health checks)."`
 }
 
+// parserOptions are the options of the command line parser. Flag defaults
+// that are part of the event contract are named in package contract and
+// reach the struct tags as ${variables}.
+func parserOptions() []kong.Option {
+	return []kong.Option{
+		kong.Name("eventforge"),
+		kong.Description("EventForge: orders with a transactional outbox, CDC to Kafka and idempotent consumers."),
+		kong.DefaultEnvars("EVENTFORGE"),
+		kong.UsageOnError(),
+		kong.Vars{
+			"database_url":    contract.DatabaseURL,
+			"kafka_brokers":   contract.KafkaBrokers,
+			"topic":           contract.Topic,
+			"slot":            contract.Slot,
+			"publication":     contract.Publication,
+			"aggregate_order": contract.AggregateOrder,
+		},
+	}
+}
+
 // runEnv is what every command's Run receives.
 type runEnv struct {
 	ctx    context.Context
@@ -71,12 +92,7 @@ func main() {
 
 func run() error {
 	var c cli
-	kctx := kong.Parse(&c,
-		kong.Name("eventforge"),
-		kong.Description("EventForge: orders with a transactional outbox, CDC to Kafka and idempotent consumers."),
-		kong.DefaultEnvars("EVENTFORGE"),
-		kong.UsageOnError(),
-	)
+	kctx := kong.Parse(&c, parserOptions()...)
 	logger, err := logging.New(os.Stderr, c.LogLevel)
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ type outboxDeadLettersCmd struct {
 }
 
 type deadLettersListCmd struct {
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	Table       string `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
 	All         bool   `name:"all" help:"Include dead letters already replayed."`
 	JSON        bool   `name:"json" help:"Print JSON."`
@@ -61,8 +61,8 @@ func (c *deadLettersListCmd) Run(env *runEnv) error {
 }
 
 type deadLettersReplayCmd struct {
-	DatabaseURL  string        `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
-	KafkaBrokers string        `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	DatabaseURL  string        `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	KafkaBrokers string        `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	Table        string        `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
 	EventID      []string      `name:"event-id" help:"Event ID to replay (repeatable); default: every dead letter not replayed yet."`
 	FlushTimeout time.Duration `name:"flush-timeout" help:"How long to wait for Kafka's acknowledgements." default:"30s"`
@@ -90,10 +90,10 @@ func (c *deadLettersReplayCmd) Run(env *runEnv) error {
 }
 
 type outboxReplayCmd struct {
-	DatabaseURL   string            `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
-	KafkaBrokers  string            `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	DatabaseURL   string            `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	KafkaBrokers  string            `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	OutboxTable   string            `name:"outbox-table" help:"Schema-qualified outbox table." default:"public.outbox"`
-	Topics        map[string]string `name:"topic" help:"aggregatetype=topic routes (repeatable), as for cdc." default:"order=eventforge.orders"`
+	Topics        map[string]string `name:"topic" help:"aggregatetype=topic routes (repeatable), as for cdc." default:"${aggregate_order}=${topic}"`
 	TopicFallback string            `name:"topic-fallback" help:"Topic for unrouted aggregate types ({aggregatetype} is replaced)." default:"eventforge.{aggregatetype}"`
 	EventID       []string          `name:"event-id" help:"Event ID to republish (repeatable)." xor:"selection"`
 	Since         time.Time         `name:"since" help:"Republish events created at or after this time (RFC 3339)." xor:"selection"`

@@ -18,8 +18,8 @@ type slotCmd struct {
 }
 
 type slotFlags struct {
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"postgres://eventforge:eventforge@127.0.0.1:54329/eventforge?sslmode=disable"`
-	Slot        string `name:"slot" help:"Logical replication slot." default:"eventforge_outbox"`
+	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	Slot        string `name:"slot" help:"Logical replication slot." default:"${slot}"`
 }
 
 func (f slotFlags) connect(env *runEnv) (*pgx.Conn, error) {

@@ -3,11 +3,13 @@ package dlq
 import (
 	"testing"
 	"time"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 func TestFilter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	e := Entry{Consumer: "ledger", Class: "not_found", Type: "OrderCreated", EventID: "AbC", Key: []byte("o-1"),
+	e := Entry{Consumer: "ledger", Class: "not_found", Type: contract.TypeOrderCreated, EventID: "AbC", Key: []byte("o-1"),
 		Message: "order o-1: order not found", Timestamp: now.Add(-2 * time.Hour)}
 	tests := []struct {
 		name string
@@ -18,7 +20,7 @@ func TestFilter(t *testing.T) {
 		{"consumer", Filter{Consumer: "ledger"}, true},
 		{"other consumer", Filter{Consumer: "fulfillment"}, false},
 		{"class", Filter{Class: "permanent"}, false},
-		{"type", Filter{Type: "OrderCreated"}, true},
+		{"type", Filter{Type: contract.TypeOrderCreated}, true},
 		{"event id ignores case", Filter{EventID: "abc"}, true},
 		{"key", Filter{Key: "o-2"}, false},
 		{"contains", Filter{Contains: "not found"}, true},
@@ -66,8 +68,8 @@ func TestDedupe(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := Summarize([]Entry{
-		{Consumer: "ledger", Class: "not_found", Type: "OrderCreated", Timestamp: t0.Add(time.Minute)},
-		{Consumer: "ledger", Class: "permanent", Type: "OrderCreated", Timestamp: t0},
+		{Consumer: "ledger", Class: "not_found", Type: contract.TypeOrderCreated, Timestamp: t0.Add(time.Minute)},
+		{Consumer: "ledger", Class: "permanent", Type: contract.TypeOrderCreated, Timestamp: t0},
 		{Consumer: "fulfillment", Class: "permanent", Type: "", Timestamp: t0.Add(time.Hour)},
 	})
 	if s.Total != 3 || s.ByConsumer["ledger"] != 2 || s.ByClass["permanent"] != 2 || s.ByType[""] != 1 {

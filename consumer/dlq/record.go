@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 // DefaultSuffix is appended to a source topic to name its DLQ topic.
@@ -190,8 +192,8 @@ func Parse(m *kafka.Message) Entry {
 	if m.TopicPartition.Topic != nil {
 		e.Topic = *m.TopicPartition.Topic
 	}
-	e.EventID = e.Header("id")
-	e.Type = e.Header("type")
+	e.EventID = e.Header(contract.HeaderID)
+	e.Type = e.Header(contract.HeaderType)
 	e.OriginalTopic = e.Header(HeaderOriginalTopic)
 	if p, err := strconv.ParseInt(e.Header(HeaderOriginalPartition), 10, 32); err == nil {
 		e.OriginalPartition = int32(p)

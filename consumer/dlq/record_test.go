@@ -6,17 +6,19 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 func source() *kafka.Message {
-	topic := "eventforge.orders"
+	topic := contract.Topic
 	return &kafka.Message{
 		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: 4, Offset: 17},
 		Key:            []byte("order-1"),
 		Value:          []byte(`{"order_id":"order-1"}`),
 		Headers: []kafka.Header{
-			{Key: "id", Value: []byte("0195f5a8-0000-7000-8000-000000000001")},
-			{Key: "type", Value: []byte("OrderCreated")},
+			{Key: contract.HeaderID, Value: []byte("0195f5a8-0000-7000-8000-000000000001")},
+			{Key: contract.HeaderType, Value: []byte(contract.TypeOrderCreated)},
 			{Key: "traceparent", Value: []byte("00-abc-def-01")},
 		},
 	}
@@ -33,7 +35,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	dlqTopic := "eventforge.orders.dlq"
 	rec.TopicPartition = kafka.TopicPartition{Topic: &dlqTopic, Partition: 1, Offset: 9}
 	e := Parse(rec)
-	want := Entry{EventID: "0195f5a8-0000-7000-8000-000000000001", Type: "OrderCreated", OriginalTopic: "eventforge.orders",
+	want := Entry{EventID: "0195f5a8-0000-7000-8000-000000000001", Type: contract.TypeOrderCreated, OriginalTopic: contract.Topic,
 		OriginalPartition: 4, OriginalOffset: 17, Consumer: "ledger", Class: "not_found", Message: f.Message, Attempts: 5}
 	got := e
 	got.Topic, got.Partition, got.Offset, got.Key, got.Value, got.Headers, got.FirstFailedAt, got.LastFailedAt = "", 0, 0, nil, nil, nil, time.Time{}, time.Time{}
@@ -85,7 +87,7 @@ func TestReplayRecord(t *testing.T) {
 	rec.TopicPartition = kafka.TopicPartition{Topic: &dlqTopic, Partition: 2, Offset: 5}
 	at := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 	out := ReplayRecord(Parse(rec), at)
-	if *out.TopicPartition.Topic != "eventforge.orders" || out.TopicPartition.Partition != kafka.PartitionAny {
+	if *out.TopicPartition.Topic != contract.Topic || out.TopicPartition.Partition != kafka.PartitionAny {
 		t.Fatalf("replay goes to %s[%d], want the original topic, partitioned by key", *out.TopicPartition.Topic, out.TopicPartition.Partition)
 	}
 	if string(out.Key) != "order-1" || string(out.Value) != `{"order_id":"order-1"}` {

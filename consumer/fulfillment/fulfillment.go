@@ -12,6 +12,7 @@ import (
 
 	"github.com/eventforge/eventforge/consumer/payload"
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 )
 
 // Name is the consumer name: the group is eventforge-fulfillment and the
@@ -39,14 +40,14 @@ func (h Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
 // Queue implements runtime.Batcher.
 func (Handler) Queue(b *pgx.Batch, ev runtime.Event) error {
 	switch ev.Type {
-	case payload.TypeOrderCreated:
+	case contract.TypeOrderCreated:
 		created, err := payload.Created(ev)
 		if err != nil {
 			return err
 		}
 		queue(b, processSQL, created.GetOrderId(), "marking order %s processed")
 		return nil
-	case payload.TypeOrderCancelled:
+	case contract.TypeOrderCancelled:
 		cancelled, err := payload.Cancelled(ev)
 		if err != nil {
 			return err

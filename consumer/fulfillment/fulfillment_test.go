@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/eventforge/eventforge/consumer/payload"
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -33,7 +33,7 @@ func created(t *testing.T, orderID string) runtime.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runtime.Event{ID: uuid.Must(uuid.NewV7()), Type: payload.TypeOrderCreated, Key: orderID, Payload: body}
+	return runtime.Event{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCreated, Key: orderID, Payload: body}
 }
 
 func cancelled(t *testing.T, orderID string) runtime.Event {
@@ -42,7 +42,7 @@ func cancelled(t *testing.T, orderID string) runtime.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runtime.Event{ID: uuid.Must(uuid.NewV7()), Type: payload.TypeOrderCancelled, Key: orderID, Payload: body}
+	return runtime.Event{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCancelled, Key: orderID, Payload: body}
 }
 
 // state is an order's status and its shipments: total and cancelled.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventforge/eventforge/consumer/payload"
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 )
 
 // Name is the consumer name: the group is eventforge-ledger and the marks
@@ -29,7 +30,7 @@ type Handler struct{}
 // Apply implements runtime.Handler.
 func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
 	switch ev.Type {
-	case payload.TypeOrderCreated:
+	case contract.TypeOrderCreated:
 		created, err := payload.Created(ev)
 		if err != nil {
 			return err
@@ -43,7 +44,7 @@ func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
 				created.GetCustomerId(), created.GetTotalCents(), created.GetCurrency(), created.GetOrderId(), customer, total, currency)
 		}
 		return add(ctx, tx, addOrderSQL, customer, currency, total)
-	case payload.TypeOrderCancelled:
+	case contract.TypeOrderCancelled:
 		cancelled, err := payload.Cancelled(ev)
 		if err != nil {
 			return err

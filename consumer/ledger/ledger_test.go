@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/eventforge/eventforge/consumer/payload"
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -72,8 +72,8 @@ func TestLedgerSumsCannotOverflow(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ev := range []runtime.Event{
-			{ID: uuid.Must(uuid.NewV7()), Type: payload.TypeOrderCreated, Key: id, Payload: created},
-			{ID: uuid.Must(uuid.NewV7()), Type: payload.TypeOrderCancelled, Key: id, Payload: cancelled},
+			{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCreated, Key: id, Payload: created},
+			{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCancelled, Key: id, Payload: cancelled},
 		} {
 			if err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error { return Handler{}.Apply(ctx, tx, ev) }); err != nil {
 				t.Fatalf("applying %s of order %s: %v", ev.Type, id, err)

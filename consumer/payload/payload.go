@@ -14,12 +14,6 @@ import (
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
-// Event types (the record's "type" header).
-const (
-	TypeOrderCreated   = "OrderCreated"
-	TypeOrderCancelled = "OrderCancelled"
-)
-
 var (
 	unmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
 	currency  = regexp.MustCompile(`^[A-Z]{3}$`)

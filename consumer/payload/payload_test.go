@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/contract"
 )
 
 const orderID = "0195f5a8-0000-7000-8000-000000000001"
@@ -30,7 +31,7 @@ func TestCreated(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := Created(runtime.Event{Key: tt.key, Type: TypeOrderCreated, Payload: []byte(tt.payload)})
+			m, err := Created(runtime.Event{Key: tt.key, Type: contract.TypeOrderCreated, Payload: []byte(tt.payload)})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err %v, want %v", err, tt.wantErr)
 			}
@@ -58,7 +59,7 @@ func TestCancelled(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Cancelled(runtime.Event{Key: tt.key, Type: TypeOrderCancelled, Payload: []byte(tt.payload)})
+			_, err := Cancelled(runtime.Event{Key: tt.key, Type: contract.TypeOrderCancelled, Payload: []byte(tt.payload)})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err %v, want %v", err, tt.wantErr)
 			}

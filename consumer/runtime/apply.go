@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
@@ -168,9 +169,9 @@ func toEvent(m *kafka.Message) (Event, error) {
 	var rawID string
 	for _, h := range m.Headers {
 		switch h.Key {
-		case "id":
+		case contract.HeaderID:
 			rawID = string(h.Value)
-		case "type":
+		case contract.HeaderType:
 			ev.Type = string(h.Value)
 		}
 	}

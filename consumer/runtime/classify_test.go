@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 func TestClassify(t *testing.T) {
@@ -178,9 +180,9 @@ func TestToEvent(t *testing.T) {
 		headers map[string]string
 		wantErr error
 	}{
-		{"valid", map[string]string{"id": "0195f5a8-0000-7000-8000-000000000001", "type": "OrderCreated"}, nil},
-		{"no id", map[string]string{"type": "OrderCreated"}, ErrMalformed},
-		{"bad id", map[string]string{"id": "not-a-uuid", "type": "OrderCreated"}, ErrMalformed},
+		{"valid", map[string]string{contract.HeaderID: "0195f5a8-0000-7000-8000-000000000001", contract.HeaderType: contract.TypeOrderCreated}, nil},
+		{"no id", map[string]string{contract.HeaderType: contract.TypeOrderCreated}, ErrMalformed},
+		{"bad id", map[string]string{contract.HeaderID: "not-a-uuid", contract.HeaderType: contract.TypeOrderCreated}, ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,7 +191,7 @@ func TestToEvent(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err %v, want %v", err, tt.wantErr)
 			}
-			if ev.Topic != topic || ev.Partition != 3 || ev.Offset != 42 || ev.Key != "k" || ev.Type != tt.headers["type"] {
+			if ev.Topic != topic || ev.Partition != 3 || ev.Offset != 42 || ev.Key != "k" || ev.Type != tt.headers[contract.HeaderType] {
 				t.Fatalf("event %+v does not carry the record's envelope", ev)
 			}
 		})

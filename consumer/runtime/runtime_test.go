@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -98,7 +99,7 @@ func produce(t *testing.T, bootstrap, topic string, recs []record) {
 			TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: r.partition},
 			Key:            []byte(r.key),
 			Value:          []byte(r.payload),
-			Headers:        []kafka.Header{{Key: "id", Value: []byte(r.id.String())}, {Key: "type", Value: []byte("TestEvent")}},
+			Headers:        []kafka.Header{{Key: contract.HeaderID, Value: []byte(r.id.String())}, {Key: contract.HeaderType, Value: []byte("TestEvent")}},
 		}, delivery)
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +375,7 @@ func TestExhaustedAttempts(t *testing.T) {
 	}
 	e := es[0]
 	for _, k := range []string{dlq.HeaderOriginalTopic, dlq.HeaderOriginalPartition, dlq.HeaderOriginalOffset, dlq.HeaderConsumer,
-		dlq.HeaderErrorClass, dlq.HeaderErrorMessage, dlq.HeaderAttempts, dlq.HeaderFirstFailedAt, dlq.HeaderLastFailedAt, "id", "type"} {
+		dlq.HeaderErrorClass, dlq.HeaderErrorMessage, dlq.HeaderAttempts, dlq.HeaderFirstFailedAt, dlq.HeaderLastFailedAt, contract.HeaderID, contract.HeaderType} {
 		if e.Header(k) == "" {
 			t.Errorf("DLQ record lacks header %s", k)
 		}

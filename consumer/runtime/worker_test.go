@@ -9,6 +9,8 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 func message(topic string, partition int32, offset int64, key string, headers map[string]string) *kafka.Message {
@@ -100,7 +102,7 @@ func TestStoppedPartitionStartsNothing(t *testing.T) {
 			t.Fatalf("%d slots held after attempts on a stopped partition", n)
 		}
 	}
-	if r.processOne(p, message("t", 0, 0, "", map[string]string{"id": "not-a-uuid"})) {
+	if r.processOne(p, message("t", 0, 0, "", map[string]string{contract.HeaderID: "not-a-uuid"})) {
 		t.Fatal("a stopped partition finished a record")
 	}
 }

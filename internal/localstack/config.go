@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/pgbin"
 )
 
@@ -43,7 +44,7 @@ const (
 	// DefaultKafkaControllerPort is the KRaft controller port.
 	DefaultKafkaControllerPort = 19093
 	// DefaultTopic is the topic the CDC reader publishes order events to.
-	DefaultTopic = "eventforge.orders"
+	DefaultTopic = contract.Topic
 	// DefaultTopicPartitions is the partition count of DefaultTopic.
 	DefaultTopicPartitions = 6
 )

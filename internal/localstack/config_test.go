@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/eventforge/eventforge/contract"
 )
 
 func TestDefaultConfig(t *testing.T) {
@@ -14,8 +16,12 @@ func TestDefaultConfig(t *testing.T) {
 	if c.StateDir != "/var/tmp/ef-env" || c.PGVersion != 15 || c.PGPort != 54329 || c.KafkaPort != 19092 || c.KafkaControllerPort != 19093 {
 		t.Errorf("DefaultConfig() = %+v", c)
 	}
-	if len(c.Topics) != 1 || c.Topics[0] != (TopicSpec{Name: "eventforge.orders", Partitions: 6}) {
+	if len(c.Topics) != 1 || c.Topics[0] != (TopicSpec{Name: contract.Topic, Partitions: 6}) {
 		t.Errorf("default topics = %+v", c.Topics)
+	}
+	// The flags of every component default to the default stack.
+	if ep := c.endpoints("secret"); ep.PostgresDSN != contract.DatabaseURL || ep.KafkaBootstrap != contract.KafkaBrokers {
+		t.Errorf("endpoints %s, %s; the flags default to %s, %s", ep.PostgresDSN, ep.KafkaBootstrap, contract.DatabaseURL, contract.KafkaBrokers)
 	}
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() = %v", err)

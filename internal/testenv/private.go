@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/localstack"
 	"github.com/eventforge/eventforge/schema"
 )
@@ -112,7 +113,7 @@ func (p *Private) Env(t testing.TB) *Env {
 		Endpoints:   p.Endpoints,
 		Database:    "eventforge",
 		DatabaseURL: p.Endpoints.PostgresDSN,
-		Slot:        schema.Slot,
+		Slot:        contract.Slot,
 		Topic:       localstack.DefaultTopic,
 		Group:       "eventforge-fulfillment",
 	}

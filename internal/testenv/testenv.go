@@ -177,7 +177,7 @@ func (e *Env) dropDatabase(t testing.TB) {
 	// A slot still held by a dying reader cannot be dropped; retry briefly.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, e.Slot)
+		err = schema.DropSlotsIfExist(ctx, admin, e.Slot)
 		if err == nil || time.Now().After(deadline) {
 			break
 		}

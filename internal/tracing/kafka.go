@@ -9,12 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-)
 
-// Kafka record headers EventForge reads for span attributes (docs/events.md).
-const (
-	headerEventID = "id"
-	headerType    = "type"
+	"github.com/eventforge/eventforge/contract"
 )
 
 // AttrOrderID and AttrEventType are EventForge's span attributes; the event
@@ -155,9 +151,9 @@ func recordAttrs(m *kafka.Message) []attribute.KeyValue {
 	}
 	for _, h := range m.Headers {
 		switch h.Key {
-		case headerEventID:
+		case contract.HeaderID:
 			attrs = append(attrs, semconv.MessagingMessageID(string(h.Value)))
-		case headerType:
+		case contract.HeaderType:
 			attrs = append(attrs, AttrEventType.String(string(h.Value)))
 		}
 	}

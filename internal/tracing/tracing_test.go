@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/tracing"
 	"github.com/eventforge/eventforge/internal/tracing/collector"
 )
@@ -114,14 +115,14 @@ func TestHeaderCarrier(t *testing.T) {
 	}{
 		{
 			name:     "replaces every header of the key",
-			headers:  []kafka.Header{{Key: "id", Value: []byte("e")}, {Key: "traceparent", Value: []byte("a")}, {Key: "traceparent", Value: []byte("b")}},
+			headers:  []kafka.Header{{Key: contract.HeaderID, Value: []byte("e")}, {Key: "traceparent", Value: []byte("a")}, {Key: "traceparent", Value: []byte("b")}},
 			set:      [2]string{"traceparent", "c"},
 			wantGet:  "c",
 			wantKeys: []string{"id", "traceparent"},
 		},
 		{
 			name:     "adds a missing header",
-			headers:  []kafka.Header{{Key: "id", Value: []byte("e")}},
+			headers:  []kafka.Header{{Key: contract.HeaderID, Value: []byte("e")}},
 			set:      [2]string{"tracestate", "k=v"},
 			wantGet:  "k=v",
 			wantKeys: []string{"id", "tracestate"},
@@ -159,13 +160,13 @@ func message(topic string, headers ...kafka.Header) *kafka.Message {
 	return &kafka.Message{
 		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: 3, Offset: 42},
 		Key:            []byte("order-1"),
-		Headers:        append([]kafka.Header{{Key: "id", Value: []byte("event-1")}, {Key: "type", Value: []byte("OrderCreated")}}, headers...),
+		Headers:        append([]kafka.Header{{Key: contract.HeaderID, Value: []byte("event-1")}, {Key: contract.HeaderType, Value: []byte(contract.TypeOrderCreated)}}, headers...),
 	}
 }
 
 func TestPublishThenProcessShareTheAPITrace(t *testing.T) {
 	exp := recorder(t)
-	msg := message("eventforge.orders", kafka.Header{Key: "traceparent", Value: []byte(apiTraceparent)})
+	msg := message(contract.Topic, kafka.Header{Key: "traceparent", Value: []byte(apiTraceparent)})
 	msg.Opaque = "caller opaque"
 
 	tracing.StartPublish(context.Background(), msg)
@@ -202,8 +203,8 @@ func TestPublishThenProcessShareTheAPITrace(t *testing.T) {
 		t.Errorf("process parent %s, want the publish span %s", proc.Parent.SpanID(), pub.SpanContext.SpanID())
 	}
 	want := map[string]string{
-		"messaging.system": "kafka", "messaging.destination.name": "eventforge.orders",
-		"messaging.message.id": "event-1", "eventforge.order_id": "order-1", "eventforge.event_type": "OrderCreated",
+		"messaging.system": "kafka", "messaging.destination.name": contract.Topic,
+		"messaging.message.id": "event-1", "eventforge.order_id": "order-1", "eventforge.event_type": contract.TypeOrderCreated,
 	}
 	for _, s := range spans {
 		got := map[string]string{}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -780,7 +781,7 @@ func TestDatabaseDown(t *testing.T) {
 		// The create's transaction has written every row and waits at the
 		// failpoint; its connection is terminated; COMMIT never happens.
 		fired := make(chan struct{}, 1)
-		armFailpoint(t, "api.before_commit=1*delay(1s)", func() { fired <- struct{}{} })
+		armFailpoint(t, failpoint.APIBeforeCommit+"=1*delay(1s)", func() { fired <- struct{}{} })
 		terminated := make(chan error, 1)
 		go func() {
 			<-fired
@@ -810,7 +811,7 @@ func TestDatabaseDown(t *testing.T) {
 
 	t.Run("deadline reaches the transaction", func(t *testing.T) {
 		before := counts(t, env)
-		armFailpoint(t, "api.before_commit=1*delay(5s)", nil)
+		armFailpoint(t, failpoint.APIBeforeCommit+"=1*delay(5s)", nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		_, err := s.client.CreateOrder(ctx, validCreate())

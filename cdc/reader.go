@@ -27,18 +27,6 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
-// Failpoints of the reader (see internal/failpoint).
-const (
-	// FailpointAfterAckBeforeConfirm fires when Kafka acknowledged an event
-	// and before the acknowledgement can advance the confirmed LSN.
-	FailpointAfterAckBeforeConfirm = "cdc.after_ack_before_confirm"
-	// FailpointMidTransaction fires once per transaction with events, after
-	// some of its events were produced and before its COMMIT is processed:
-	// at the first event produced after an earlier event of the same
-	// transaction was acknowledged by Kafka, or else just before the COMMIT.
-	FailpointMidTransaction = "cdc.mid_transaction"
-)
-
 // errPermanent marks errors that reconnecting cannot fix (configuration,
 // schema); Run returns them instead of retrying.
 type errPermanent struct{ err error }
@@ -524,7 +512,7 @@ type session struct {
 	decoder *decode.Decoder
 	curTx   *checkpoint.Tx
 	curN    int           // events of curTx produced so far
-	midDone bool          // FailpointMidTransaction evaluated for curTx
+	midDone bool          // failpoint.CDCMidTransaction evaluated for curTx
 	failed  chan error    // first delivery failure
 	space   chan struct{} // an acknowledgement made room in flight
 	sentLSN atomic.Uint64
@@ -535,7 +523,7 @@ type session struct {
 func (s *session) onDelivery(opaque any, err error) {
 	d := opaque.(*delivery)
 	if err == nil {
-		err = failpoint.Eval(context.Background(), FailpointAfterAckBeforeConfirm)
+		err = failpoint.Eval(context.Background(), failpoint.CDCAfterAckBeforeConfirm)
 	}
 	if d.alone != nil {
 		if err == nil {
@@ -858,7 +846,7 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 		s.curN++
 		if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
 			s.midDone = true
-			if err := failpoint.Eval(ctx, FailpointMidTransaction); err != nil {
+			if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
 				return err
 			}
 		}
@@ -868,7 +856,7 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 		}
 		if !s.midDone && s.curN > 0 {
 			s.midDone = true
-			if err := failpoint.Eval(ctx, FailpointMidTransaction); err != nil {
+			if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
 				return err
 			}
 		}

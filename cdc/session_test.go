@@ -142,7 +142,7 @@ func TestSessionAccounting(t *testing.T) {
 		},
 		{
 			name:       "mid_transaction fires after the first ack, before COMMIT",
-			failpoints: FailpointMidTransaction + "=error",
+			failpoints: failpoint.CDCMidTransaction + "=error",
 			steps: func(t *testing.T, s *session, pub *fakeProducer) error {
 				for _, m := range []pglogrepl.Message{begin, insert("e1")} {
 					if err := s.handle(context.Background(), m, 0); err != nil {
@@ -157,7 +157,7 @@ func TestSessionAccounting(t *testing.T) {
 		},
 		{
 			name:       "mid_transaction fires at COMMIT when nothing was acked",
-			failpoints: FailpointMidTransaction + "=error",
+			failpoints: failpoint.CDCMidTransaction + "=error",
 			steps: func(t *testing.T, s *session, pub *fakeProducer) error {
 				for _, m := range []pglogrepl.Message{begin, insert("e1"), commit} {
 					if err := s.handle(context.Background(), m, 0); err != nil {
@@ -171,7 +171,7 @@ func TestSessionAccounting(t *testing.T) {
 		},
 		{
 			name:       "mid_transaction skips transactions without events",
-			failpoints: FailpointMidTransaction + "=error",
+			failpoints: failpoint.CDCMidTransaction + "=error",
 			steps: func(t *testing.T, s *session, pub *fakeProducer) error {
 				for _, m := range []pglogrepl.Message{begin, commit} {
 					if err := s.handle(context.Background(), m, 0); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 	"github.com/eventforge/eventforge/schema"
 	"github.com/eventforge/eventforge/verify"
@@ -33,10 +34,10 @@ const (
 
 // Failpoints the drills arm (see internal/failpoint and docs/failpoints.md).
 const (
-	fpRelayCrash     = "cdc.after_ack_before_confirm=1*crash"
-	fpConsumerCrash  = "consumer.after_db_commit_before_offset=1*crash"
-	fpHoldCommit     = "consumer.before_db_commit=1*delay(3s)"
-	fpCommitRejected = "consumer.before_db_commit=error"
+	fpRelayCrash     = failpoint.CDCAfterAckBeforeConfirm + "=1*crash"
+	fpConsumerCrash  = failpoint.ConsumerAfterDBCommitBeforeOffset + "=1*crash"
+	fpHoldCommit     = failpoint.ConsumerBeforeDBCommit + "=1*delay(3s)"
+	fpCommitRejected = failpoint.ConsumerBeforeDBCommit + "=error"
 )
 
 // stageTimeout bounds how long one stage waits for the system.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/eventforge/eventforge/cdc"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/schema"
 )
@@ -28,7 +28,7 @@ func TestCDCCrashMidTransaction(t *testing.T) {
 	// inside the transaction, so the failpoint fires with part of it acked
 	// and most of it not yet produced.
 	crashing, _ := cdcReader(t, env, "cdc-crashing",
-		[]string{"EVENTFORGE_FAILPOINTS=" + cdc.FailpointMidTransaction + "=crash"}, "--max-inflight-events", "50")
+		[]string{"EVENTFORGE_FAILPOINTS=" + failpoint.CDCMidTransaction + "=crash"}, "--max-inflight-events", "50")
 
 	insertEvents(ctx, t, env.Pool, 1000, 40)
 	// The transaction's commit ends at or before this position. While idle,
@@ -37,7 +37,7 @@ func TestCDCCrashMidTransaction(t *testing.T) {
 	afterCommit := currentLSN(t, env)
 
 	if err := crashing.waitExit(60 * time.Second); err == nil || !crashing.killedBySIGKILL() {
-		t.Fatalf("cdc with %s armed: exit %v, want death by SIGKILL", cdc.FailpointMidTransaction, err)
+		t.Fatalf("cdc with %s armed: exit %v, want death by SIGKILL", failpoint.CDCMidTransaction, err)
 	}
 	recs, err := testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -21,7 +21,7 @@ func windowConsumerCrashAfterCommit(t *testing.T) {
 	pl.startCDC(t, "cdc", nil)
 	lgroup := ledgerGroup(t, pl)
 	dlqTopicOf(t, pl)
-	crash := []string{"EVENTFORGE_FAILPOINTS=" + runtime.FailpointAfterDBCommitBeforeOffset + "=crash"}
+	crash := []string{"EVENTFORGE_FAILPOINTS=" + failpoint.ConsumerAfterDBCommitBeforeOffset + "=crash"}
 	ful, _ := consumerProc(t, pl, "fulfillment-crashing", "fulfillment", pl.env.Group, crash)
 	led, _ := consumerProc(t, pl, "ledger-crashing", "ledger", lgroup, crash)
 

@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
-	"github.com/eventforge/eventforge/consumer/runtime"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -30,7 +30,7 @@ func windowRetriesExhausted(t *testing.T) {
 	ev := createdEvent(ghost)
 	ep.send(t, ev)
 
-	crash := []string{"EVENTFORGE_FAILPOINTS=" + runtime.FailpointAfterDLQAckBeforeOffset + "=crash"}
+	crash := []string{"EVENTFORGE_FAILPOINTS=" + failpoint.ConsumerAfterDLQAckBeforeOffset + "=crash"}
 	p, _ := consumerProc(t, pl, "fulfillment-crashing", "fulfillment", pl.env.Group, crash, "--max-attempts", "3", "--not-found-grace", "0s")
 	if err := p.waitExit(60 * time.Second); err == nil || !p.killedBySIGKILL() {
 		t.Fatalf("consumer: exit %v, want death by SIGKILL after the DLQ ack", err)

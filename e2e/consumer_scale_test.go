@@ -10,8 +10,8 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 
-	"github.com/eventforge/eventforge/consumer/runtime"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
@@ -52,7 +52,7 @@ func windowConcurrentDuplicate(t *testing.T) {
 	pl := newPipeline(t)
 	dlqTopicOf(t, pl)
 	o := seedOrders(t, pl, 1, 1)[0]
-	slow := []string{"EVENTFORGE_FAILPOINTS=" + runtime.FailpointBeforeDBCommit + "=delay(1500ms)"}
+	slow := []string{"EVENTFORGE_FAILPOINTS=" + failpoint.ConsumerBeforeDBCommit + "=delay(1500ms)"}
 	a, addrA := consumerProc(t, pl, "fulfillment-a", "fulfillment", pl.env.Group, slow)
 	b, addrB := consumerProc(t, pl, "fulfillment-b", "fulfillment", pl.env.Group, slow)
 	testenv.Eventually(t, 60*time.Second, "two members with three partitions each", func() error {
@@ -190,7 +190,7 @@ func TestConsumerCreatedThenCancelledInOrder(t *testing.T) {
 	}
 	newEventProducer(t, pl).send(t, evs...)
 
-	flaky := []string{"EVENTFORGE_FAILPOINTS=" + runtime.FailpointBeforeDBCommit + "=12*error"}
+	flaky := []string{"EVENTFORGE_FAILPOINTS=" + failpoint.ConsumerBeforeDBCommit + "=12*error"}
 	lgroup := ledgerGroup(t, pl)
 	consumerProc(t, pl, "fulfillment", "fulfillment", pl.env.Group, flaky, "--batch-size", "10", "--max-attempts", "20")
 	consumerProc(t, pl, "ledger", "ledger", lgroup, flaky, "--batch-size", "10", "--max-attempts", "20")

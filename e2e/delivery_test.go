@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/eventforge/eventforge/cdc"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
@@ -161,7 +161,7 @@ func windowRelayCrashAfterAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashing := pl.startCDC(t, "cdc-crashing", []string{"EVENTFORGE_FAILPOINTS=" + cdc.FailpointAfterAckBeforeConfirm + "=crash"})
+	crashing := pl.startCDC(t, "cdc-crashing", []string{"EVENTFORGE_FAILPOINTS=" + failpoint.CDCAfterAckBeforeConfirm + "=crash"})
 
 	orderID, eventID := createREST(t, pl.httpAddr, "crash-customer")
 	commitLSN := currentWAL(t, pl)

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/eventforge/eventforge/api/store"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/localstack"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
@@ -150,7 +150,7 @@ func (l *orderLoad) finish(t *testing.T) {
 // the next order end to end.
 func windowAPICrashBeforeCommit(t *testing.T) {
 	pl := newPipeline(t)
-	crashing := start(t, "api-crashing", []string{"EVENTFORGE_FAILPOINTS=" + store.FailpointBeforeCommit + "=crash"},
+	crashing := start(t, "api-crashing", []string{"EVENTFORGE_FAILPOINTS=" + failpoint.APIBeforeCommit + "=crash"},
 		"api", "--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
 	testenv.Eventually(t, 30*time.Second, "api ready", func() error { return httpReady(pl.httpAddr) })
 	pl.startCDC(t, "cdc", nil)

@@ -24,12 +24,6 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
-// FailpointBeforeCommit fires in every order write (create and cancel) after
-// its last statement was sent and before its commit: before the pipeline's
-// Sync for a create without an idempotency key, before COMMIT otherwise. The
-// write takes the same path armed or not.
-const FailpointBeforeCommit = "api.before_commit"
-
 // Errors callers branch on.
 var (
 	// ErrOrderNotFound: no order has the given ID.
@@ -207,7 +201,7 @@ func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: tru
 // statement and its commit. It is the same call whether or not the failpoint
 // is armed: an armed point only adds its action here.
 func beforeCommit(ctx context.Context) error {
-	return failpoint.Eval(ctx, FailpointBeforeCommit)
+	return failpoint.Eval(ctx, failpoint.APIBeforeCommit)
 }
 
 // SQL of the order writes.

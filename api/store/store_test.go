@@ -179,7 +179,7 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 	ctx := context.Background()
 	fired := make(chan struct{}, 1)
 	failpoint.OnFire = func(name string, _ failpoint.Action) {
-		if name == FailpointBeforeCommit {
+		if name == failpoint.APIBeforeCommit {
 			fired <- struct{}{}
 		}
 	}
@@ -208,7 +208,7 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 			before := rowCount(t)
 
 			// delay: the point holds the write until the caller gives up.
-			if err := failpoint.Arm(FailpointBeforeCommit + "=1*delay(10m)"); err != nil {
+			if err := failpoint.Arm(failpoint.APIBeforeCommit + "=1*delay(10m)"); err != nil {
 				t.Fatal(err)
 			}
 			cctx, cancel := context.WithCancel(ctx)
@@ -261,7 +261,7 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 			}
 
 			// error: the write fails and leaves nothing.
-			if err := failpoint.Arm(FailpointBeforeCommit + "=1*error"); err != nil {
+			if err := failpoint.Arm(failpoint.APIBeforeCommit + "=1*error"); err != nil {
 				t.Fatal(err)
 			}
 			o, ev = newOrder(t)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/console"
+	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
 // The supervisor runs /bin/sh children: each records its failpoints and pid
@@ -85,7 +86,7 @@ func TestSupervisorRestartArmsFailpointsOnce(t *testing.T) {
 
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
-	if err := s.Restart(rctx, "cdc", "cdc.after_ack_before_confirm=1*crash"); err != nil {
+	if err := s.Restart(rctx, "cdc", failpoint.CDCAfterAckBeforeConfirm+"=1*crash"); err != nil {
 		t.Fatal(err)
 	}
 	c := waitComponent(t, s, "cdc", func(c console.Component) bool { return c.Starts == 3 && c.Running })

@@ -105,7 +105,7 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 				return err
 			}
 			out.applied = len(toApply)
-			if err := failpoint.Eval(ctx, FailpointBeforeDBCommit); err != nil {
+			if err := failpoint.Eval(ctx, failpoint.ConsumerBeforeDBCommit); err != nil {
 				return err
 			}
 		}
@@ -119,7 +119,7 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 	}
 	applySeconds.WithLabelValues(r.opts.Name).Observe(time.Since(start).Seconds())
 	if out.applied > 0 {
-		if err := failpoint.Eval(ctx, FailpointAfterDBCommitBeforeOffset); err != nil {
+		if err := failpoint.Eval(ctx, failpoint.ConsumerAfterDBCommitBeforeOffset); err != nil {
 			// Committed but reported as failed: the retry finds the marks and
 			// counts the events as duplicates, which is what a crash here does.
 			return outcome{}, err

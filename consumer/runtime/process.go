@@ -183,7 +183,7 @@ func (r *Runtime) deadLetter(p *partition, m *kafka.Message, eventID string, f d
 	r.count(ResultDeadLettered, 1)
 	r.logger.Error("event dead-lettered", "event_id", eventID, "order_id", string(m.Key), "topic", p.topic, "partition", p.id,
 		"offset", m.TopicPartition.Offset, "dlq_topic", topic, "class", f.Class, "attempts", f.Attempts, "err", f.Message)
-	if err := failpoint.Eval(p.ctx, FailpointAfterDLQAckBeforeOffset); err != nil {
+	if err := failpoint.Eval(p.ctx, failpoint.ConsumerAfterDLQAckBeforeOffset); err != nil {
 		return false
 	}
 	return true

@@ -42,19 +42,6 @@ import (
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 )
 
-// Failpoints of the runtime (see internal/failpoint).
-const (
-	// FailpointBeforeDBCommit fires after the handler applied the change and
-	// before the transaction commits.
-	FailpointBeforeDBCommit = "consumer.before_db_commit"
-	// FailpointAfterDBCommitBeforeOffset fires after the transaction
-	// committed and before the Kafka offset is stored.
-	FailpointAfterDBCommitBeforeOffset = "consumer.after_db_commit_before_offset"
-	// FailpointAfterDLQAckBeforeOffset fires after the DLQ acknowledged a
-	// dead-letter record and before the source offset is stored.
-	FailpointAfterDLQAckBeforeOffset = "consumer.after_dlq_ack_before_offset"
-)
-
 // Event is one Kafka record as a handler sees it.
 type Event struct {
 	ID        uuid.UUID // header "id": the outbox event ID

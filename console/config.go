@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/eventforge/eventforge/consumer/fulfillment"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
 )
 
@@ -38,8 +40,9 @@ type Config struct {
 	DLQTopic string `name:"console-dlq-topic" help:"Dead-letter topic shown by the console (default <topic>.dlq)."`
 	// Slot is the replication slot of the CDC reader.
 	Slot string `name:"console-slot" help:"Replication slot shown by the console." default:"${slot}"`
-	// Consumers maps consumer names to their Kafka groups.
-	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"fulfillment=eventforge-fulfillment"`
+	// Consumers maps consumer names to their Kafka groups; by default the
+	// consumer the drills drive (DrilledConsumer) with its default group.
+	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"${console_consumers}"`
 	// MetricsSources maps a component name to a Prometheus text endpoint the
 	// console scrapes for the figures only that component knows (replication
 	// lag, oldest unpublished age, publish errors, retries). The console's
@@ -51,6 +54,10 @@ type Config struct {
 	History int `name:"console-history" help:"How many samples the console keeps for its charts." default:"900"`
 }
 
+// DrilledConsumer is the registered consumer (package consumer/registry)
+// whose effects the drills count: shipments of the fulfillment consumer.
+const DrilledConsumer = fulfillment.Name
+
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
@@ -58,7 +65,7 @@ func DefaultConfig() Config {
 		KafkaBrokers:   "127.0.0.1:19092",
 		Topic:          contract.Topic,
 		Slot:           "eventforge_outbox",
-		Consumers:      map[string]string{"fulfillment": "eventforge-fulfillment"},
+		Consumers:      map[string]string{DrilledConsumer: registry.DefaultGroup(DrilledConsumer)},
 		SampleInterval: 2 * time.Second,
 		History:        900,
 	}

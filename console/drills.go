@@ -29,7 +29,7 @@ import (
 // Components the drills act on, as named by the dev supervisor.
 const (
 	componentCDC         = "cdc"
-	componentFulfillment = "consumer-fulfillment"
+	componentFulfillment = "consumer-" + DrilledConsumer
 )
 
 // Failpoints the drills arm (see internal/failpoint and docs/failpoints.md).
@@ -440,10 +440,10 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 		if err != nil {
 			return err
 		}
-		f["marks"] = rep.Marks["fulfillment"]
-		f["offset_committed"] = rep.Committed["fulfillment"]
-		if rep.Marks["fulfillment"] != 1 || rep.Committed["fulfillment"] {
-			return fmt.Errorf("after the crash: %d marks, offset committed %v; want the mark committed and the offset not", rep.Marks["fulfillment"], rep.Committed["fulfillment"])
+		f["marks"] = rep.Marks[DrilledConsumer]
+		f["offset_committed"] = rep.Committed[DrilledConsumer]
+		if rep.Marks[DrilledConsumer] != 1 || rep.Committed[DrilledConsumer] {
+			return fmt.Errorf("after the crash: %d marks, offset committed %v; want the mark committed and the offset not", rep.Marks[DrilledConsumer], rep.Committed[DrilledConsumer])
 		}
 		return nil
 	}); err != nil {
@@ -467,7 +467,7 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 		// offset stayed behind it) and once after the restart (the offset
 		// then passed it): two deliveries to the consumer.
 		d.setCounters(countersOf(rep, 2))
-		f["marks"] = rep.Marks["fulfillment"]
+		f["marks"] = rep.Marks[DrilledConsumer]
 		return nil
 	})
 }
@@ -479,7 +479,7 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 // key and then finds it: one mark, one change.
 func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 	c := d.c
-	group := c.cfg.Consumers["fulfillment"]
+	group := c.cfg.Consumers[DrilledConsumer]
 	racer := group + "-drill-" + d.ID
 	var stopRacer func()
 	defer func() {
@@ -542,7 +542,7 @@ func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 			return err
 		}
 		d.setCounters(countersOf(rep, 2))
-		f["marks"] = rep.Marks["fulfillment"]
+		f["marks"] = rep.Marks[DrilledConsumer]
 		return nil
 	})
 }
@@ -583,7 +583,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 				return false, err
 			}
 			for _, e := range es {
-				if e.EventID == d.EventID && e.Consumer == "fulfillment" {
+				if e.EventID == d.EventID && e.Consumer == DrilledConsumer {
 					entry = e
 					return true, nil
 				}
@@ -605,7 +605,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 		disarmed = true
 		comp, _ := c.component(componentFulfillment)
 		f["pid"] = comp.PID
-		n, _, err := verify.OrderChanges(ctx, c.pool, "fulfillment", d.OrderID)
+		n, _, err := verify.OrderChanges(ctx, c.pool, DrilledConsumer, d.OrderID)
 		f["business_changes"] = n
 		return err
 	}); err != nil {
@@ -620,7 +620,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 	}
 	return d.step(ctx, func(ctx context.Context, f map[string]any) error {
 		rep, err := c.waitSettled(ctx, d.OrderID, func(r *verify.OrderReport) bool {
-			return r.Deliveries >= 2 && r.BusinessChanges["fulfillment"] >= 1
+			return r.Deliveries >= 2 && r.BusinessChanges[DrilledConsumer] >= 1
 		})
 		if err != nil {
 			return err
@@ -637,7 +637,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 func countersOf(rep *verify.OrderReport, consumerDeliveries int) Counters {
 	return Counters{
 		LogicalEvents: rep.LogicalEvents, Deliveries: rep.Deliveries, ConsumerDeliveries: consumerDeliveries,
-		Marks: rep.Marks["fulfillment"], BusinessChanges: rep.BusinessChanges["fulfillment"], DeadLettered: rep.DeadLettered["fulfillment"],
+		Marks: rep.Marks[DrilledConsumer], BusinessChanges: rep.BusinessChanges[DrilledConsumer], DeadLettered: rep.DeadLettered[DrilledConsumer],
 	}
 }
 
@@ -796,7 +796,7 @@ func (c *Console) waitSettled(ctx context.Context, orderID string, extra func(*v
 				return false, nil
 			}
 		}
-		if rep.BusinessChanges["fulfillment"] < 1 {
+		if rep.BusinessChanges[DrilledConsumer] < 1 {
 			return false, nil
 		}
 		return extra == nil || extra(rep), nil

@@ -2,7 +2,7 @@
 // group per consumer name whose events are applied with a durable
 // (consumer, event_id) mark in the same PostgreSQL transaction as the
 // business change, whose offsets are committed only after that transaction,
-// and whose failures end in a dead-letter topic. See package runtime for the
+// and whose failures end in a dead-letter topic. See package engine for the
 // contract and docs/consumer.md.
 package consumer
 
@@ -17,9 +17,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
-	"github.com/eventforge/eventforge/consumer/fulfillment"
-	"github.com/eventforge/eventforge/consumer/ledger"
-	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/consumer/engine"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/metrics"
 )
@@ -30,8 +29,8 @@ type Config struct {
 	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	// KafkaBrokers is the Kafka bootstrap server list.
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
-	// Name selects the handler and names the marks; one of: fulfillment, ledger.
-	Name string `name:"name" help:"Consumer (handler) name: fulfillment or ledger." default:"fulfillment" enum:"fulfillment,ledger"`
+	// Name selects the handler and names the marks; one of registry.Names().
+	Name string `name:"name" help:"Consumer (handler) name: ${consumer_names_in_words}." default:"${consumer_default}" enum:"${consumer_names}"`
 	// Group is the Kafka consumer group; empty means eventforge-<name>.
 	Group string `name:"group" help:"Kafka consumer group (default eventforge-<name>)."`
 	// Topics are the topics consumed.
@@ -83,7 +82,7 @@ func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:      contract.DatabaseURL,
 		KafkaBrokers:     "127.0.0.1:19092",
-		Name:             fulfillment.Name,
+		Name:             registry.DefaultName,
 		Topics:           []string{contract.Topic},
 		Workers:          4,
 		BatchSize:        100,
@@ -108,7 +107,7 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" || c.KafkaBrokers == "" {
 		errs = append(errs, errors.New("database-url and kafka-brokers are required"))
 	}
-	if _, err := HandlerFor(c.Name); err != nil {
+	if _, err := registry.Handler(c.Name); err != nil {
 		errs = append(errs, err)
 	}
 	if len(c.Topics) == 0 {
@@ -137,18 +136,7 @@ func (c Config) GroupID() string {
 	if c.Group != "" {
 		return c.Group
 	}
-	return "eventforge-" + c.Name
-}
-
-// HandlerFor returns the handler of a consumer name.
-func HandlerFor(name string) (runtime.Handler, error) {
-	switch name {
-	case fulfillment.Name:
-		return fulfillment.Handler{}, nil
-	case ledger.Name:
-		return ledger.Handler{}, nil
-	}
-	return nil, fmt.Errorf("unknown consumer %q (known: %s, %s)", name, fulfillment.Name, ledger.Name)
+	return registry.DefaultGroup(c.Name)
 }
 
 // Run consumes until ctx is cancelled, then commits stored offsets and
@@ -158,7 +146,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid consumer config: %w", err)
 	}
-	handler, _ := HandlerFor(cfg.Name)
+	handler, _ := registry.Handler(cfg.Name)
 	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("parsing database-url: %w", err)
@@ -170,7 +158,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	defer pool.Close()
 
-	rt := runtime.New(runtime.Options{
+	rt := engine.New(engine.Options{
 		Name:             cfg.Name,
 		Group:            cfg.GroupID(),
 		Topics:           cfg.Topics,
@@ -188,7 +176,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		SessionTimeout:   cfg.SessionTimeout,
 		DLQSuffix:        cfg.DLQSuffix,
 		DLQStatsInterval: cfg.DLQStatsInterval,
-	}, runtime.PoolDB{Pool: pool}, handler, logger)
+	}, engine.PoolDB{Pool: pool}, handler, logger)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return metrics.Serve(gctx, cfg.MetricsAddr, logger, nil) })

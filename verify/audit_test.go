@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventforge/eventforge/consumer"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
@@ -269,7 +269,7 @@ func TestDefaultConsumersAreEveryConsumer(t *testing.T) {
 		if got[name] != group {
 			t.Fatalf("default consumers %v, want %v", got, want)
 		}
-		if _, err := consumer.HandlerFor(name); err != nil {
+		if _, err := registry.Handler(name); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eventforge/eventforge/consumer/fulfillment"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
@@ -76,7 +77,7 @@ func OrderChanges(ctx context.Context, q Querier, consumer, orderID string) (n i
 // orderEffectChecks knows, per consumer name, how to count its effects on
 // one order. Consumers without an entry report no business changes.
 var orderEffectChecks = map[string]orderEffects{
-	"fulfillment": func(ctx context.Context, q Querier, orderID string) (int, error) {
+	fulfillment.Name: func(ctx context.Context, q Querier, orderID string) (int, error) {
 		var n int
 		err := q.QueryRow(ctx, `SELECT count(*) FROM shipments WHERE order_id::text = $1`, orderID).Scan(&n)
 		return n, err

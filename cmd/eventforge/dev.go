@@ -18,7 +18,7 @@ import (
 
 	"github.com/eventforge/eventforge/api"
 	"github.com/eventforge/eventforge/console"
-	"github.com/eventforge/eventforge/consumer"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/localstack"
 )
@@ -149,18 +149,9 @@ Press Ctrl-C to stop EventForge; `+"`make stop`"+` stops PostgreSQL and Kafka.
 	return g.Wait()
 }
 
-// devConsumers lists the consumers dev runs: every handler the consumer
-// package knows.
+// devConsumers lists the consumers dev runs: every registered one.
 func devConsumers() []string {
-	var names []string
-	for _, name := range []string{"fulfillment", "ledger"} {
-		cfg := consumer.DefaultConfig()
-		cfg.Name = name
-		if cfg.Validate() == nil {
-			names = append(names, name)
-		}
-	}
-	return names
+	return registry.Names()
 }
 
 func metricsList(sources map[string]string) string {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/eventforge/eventforge/console"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
@@ -73,6 +75,11 @@ func parserOptions() []kong.Option {
 			"slot":            contract.Slot,
 			"publication":     contract.Publication,
 			"aggregate_order": contract.AggregateOrder,
+			// the choices of `eventforge consumer --name`
+			"consumer_names":          strings.Join(registry.Names(), ","),
+			"consumer_names_in_words": registry.NamesInWords(),
+			"consumer_default":        registry.DefaultName,
+			"console_consumers":       console.DrilledConsumer + "=" + registry.DefaultGroup(console.DrilledConsumer),
 		},
 	}
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/consumer/payload"
-	"github.com/eventforge/eventforge/consumer/runtime"
 	"github.com/eventforge/eventforge/contract"
 )
 
@@ -22,14 +22,14 @@ const Name = "fulfillment"
 // ErrOrderNotFound means the event names an order that does not exist; the
 // transaction rolls back so no mark is left without an effect, and the
 // runtime retries the event, then dead-letters it.
-var ErrOrderNotFound = fmt.Errorf("order not found: %w", runtime.ErrNotFound)
+var ErrOrderNotFound = fmt.Errorf("order not found: %w", engine.ErrNotFound)
 
 // Handler applies order events for fulfillment. Each event is one
 // statement, so a batch of events goes out in one round trip (Queue).
 type Handler struct{}
 
-// Apply implements runtime.Handler.
-func (h Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
+// Apply implements engine.Handler.
+func (h Handler) Apply(ctx context.Context, tx pgx.Tx, ev engine.Event) error {
 	b := &pgx.Batch{}
 	if err := h.Queue(b, ev); err != nil {
 		return err
@@ -37,8 +37,8 @@ func (h Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// Queue implements runtime.Batcher.
-func (Handler) Queue(b *pgx.Batch, ev runtime.Event) error {
+// Queue implements engine.Batcher.
+func (Handler) Queue(b *pgx.Batch, ev engine.Event) error {
 	switch ev.Type {
 	case contract.TypeOrderCreated:
 		created, err := payload.Created(ev)

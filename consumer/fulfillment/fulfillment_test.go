@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
@@ -26,23 +26,23 @@ func insertOrder(t *testing.T, env *testenv.Env, status string) string {
 	return id
 }
 
-func created(t *testing.T, orderID string) runtime.Event {
+func created(t *testing.T, orderID string) engine.Event {
 	t.Helper()
 	body, err := protojson.Marshal(&eventforgev1.OrderCreated{OrderId: orderID, CustomerId: "c-1", Currency: "EUR", TotalCents: 20,
 		Items: []*eventforgev1.OrderItem{{Sku: "A", Quantity: 2, UnitPriceCents: 10}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runtime.Event{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCreated, Key: orderID, Payload: body}
+	return engine.Event{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCreated, Key: orderID, Payload: body}
 }
 
-func cancelled(t *testing.T, orderID string) runtime.Event {
+func cancelled(t *testing.T, orderID string) engine.Event {
 	t.Helper()
 	body, err := protojson.Marshal(&eventforgev1.OrderCancelled{OrderId: orderID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runtime.Event{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCancelled, Key: orderID, Payload: body}
+	return engine.Event{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCancelled, Key: orderID, Payload: body}
 }
 
 // state is an order's status and its shipments: total and cancelled.
@@ -76,7 +76,7 @@ func TestApply(t *testing.T) {
 	env := testenv.New(t)
 	ctx := context.Background()
 	h := Handler{}
-	apply := func(ev runtime.Event) error {
+	apply := func(ev engine.Event) error {
 		return inTx(t, env, func(tx pgx.Tx) error { return h.Apply(ctx, tx, ev) })
 	}
 
@@ -105,14 +105,14 @@ func TestApply(t *testing.T) {
 	}
 
 	missing := uuid.Must(uuid.NewV7()).String()
-	for _, ev := range []runtime.Event{created(t, missing), cancelled(t, missing)} {
-		if err := apply(ev); !errors.Is(err, runtime.ErrNotFound) {
+	for _, ev := range []engine.Event{created(t, missing), cancelled(t, missing)} {
+		if err := apply(ev); !errors.Is(err, engine.ErrNotFound) {
 			t.Fatalf("%s of a missing order: %v; want ErrNotFound", ev.Type, err)
 		}
 	}
 	bad := created(t, open)
 	bad.Payload = []byte(`{"order_id":`)
-	if err := apply(bad); !errors.Is(err, runtime.ErrMalformed) {
+	if err := apply(bad); !errors.Is(err, engine.ErrMalformed) {
 		t.Fatalf("malformed payload: %v; want ErrMalformed", err)
 	}
 }
@@ -125,7 +125,7 @@ func TestQueueBatch(t *testing.T) {
 	ctx := context.Background()
 	h := Handler{}
 	a, b, c := insertOrder(t, env, "created"), insertOrder(t, env, "created"), insertOrder(t, env, "cancelled")
-	evs := []runtime.Event{created(t, a), created(t, b), cancelled(t, b), created(t, c), created(t, a)}
+	evs := []engine.Event{created(t, a), created(t, b), cancelled(t, b), created(t, c), created(t, a)}
 	err := inTx(t, env, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		for _, ev := range evs {
@@ -150,14 +150,14 @@ func TestQueueBatch(t *testing.T) {
 	d := insertOrder(t, env, "created")
 	err = inTx(t, env, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
-		for _, ev := range []runtime.Event{created(t, d), created(t, uuid.Must(uuid.NewV7()).String())} {
+		for _, ev := range []engine.Event{created(t, d), created(t, uuid.Must(uuid.NewV7()).String())} {
 			if err := h.Queue(batch, ev); err != nil {
 				return err
 			}
 		}
 		return tx.SendBatch(ctx, batch).Close()
 	})
-	if !errors.Is(err, runtime.ErrNotFound) {
+	if !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("batch with a missing order: %v; want ErrNotFound", err)
 	}
 	if got := stateOf(t, env, d); got != (state{"created", 0, 0}) {

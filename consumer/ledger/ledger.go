@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/consumer/payload"
-	"github.com/eventforge/eventforge/consumer/runtime"
 	"github.com/eventforge/eventforge/contract"
 )
 
@@ -22,13 +22,13 @@ const Name = "ledger"
 
 // ErrOrderNotFound means the event names an order that does not exist; the
 // transaction rolls back, and the runtime retries, then dead-letters it.
-var ErrOrderNotFound = fmt.Errorf("order not found: %w", runtime.ErrNotFound)
+var ErrOrderNotFound = fmt.Errorf("order not found: %w", engine.ErrNotFound)
 
 // Handler applies order events to the ledger.
 type Handler struct{}
 
-// Apply implements runtime.Handler.
-func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
+// Apply implements engine.Handler.
+func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev engine.Event) error {
 	switch ev.Type {
 	case contract.TypeOrderCreated:
 		created, err := payload.Created(ev)
@@ -40,7 +40,7 @@ func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev runtime.Event) error {
 			return err
 		}
 		if customer != created.GetCustomerId() || currency != created.GetCurrency() || total != created.GetTotalCents() {
-			return fmt.Errorf("%w: event says customer %q, %d %s; order %s has customer %q, %d %s", runtime.ErrInvalid,
+			return fmt.Errorf("%w: event says customer %q, %d %s; order %s has customer %q, %d %s", engine.ErrInvalid,
 				created.GetCustomerId(), created.GetTotalCents(), created.GetCurrency(), created.GetOrderId(), customer, total, currency)
 		}
 		return add(ctx, tx, addOrderSQL, customer, currency, total)

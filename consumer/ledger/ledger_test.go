@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
@@ -71,7 +71,7 @@ func TestLedgerSumsCannotOverflow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ev := range []runtime.Event{
+		for _, ev := range []engine.Event{
 			{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCreated, Key: id, Payload: created},
 			{ID: uuid.Must(uuid.NewV7()), Type: contract.TypeOrderCancelled, Key: id, Payload: cancelled},
 		} {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/eventforge/eventforge/consumer/runtime"
+	"github.com/eventforge/eventforge/consumer/engine"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -20,43 +20,43 @@ var (
 )
 
 // Created decodes and validates an OrderCreated event. Errors wrap
-// runtime.ErrMalformed (does not parse) or runtime.ErrInvalid (fails
+// engine.ErrMalformed (does not parse) or engine.ErrInvalid (fails
 // validation).
-func Created(ev runtime.Event) (*eventforgev1.OrderCreated, error) {
+func Created(ev engine.Event) (*eventforgev1.OrderCreated, error) {
 	var m eventforgev1.OrderCreated
 	if err := unmarshal.Unmarshal(ev.Payload, &m); err != nil {
-		return nil, fmt.Errorf("%w: OrderCreated payload: %v", runtime.ErrMalformed, err)
+		return nil, fmt.Errorf("%w: OrderCreated payload: %v", engine.ErrMalformed, err)
 	}
 	if err := checkOrder(m.GetOrderId(), ev.Key); err != nil {
 		return nil, err
 	}
 	if m.GetCustomerId() == "" {
-		return nil, fmt.Errorf("%w: customer_id is empty", runtime.ErrInvalid)
+		return nil, fmt.Errorf("%w: customer_id is empty", engine.ErrInvalid)
 	}
 	if !currency.MatchString(m.GetCurrency()) {
-		return nil, fmt.Errorf("%w: currency %q is not an ISO 4217 code", runtime.ErrInvalid, m.GetCurrency())
+		return nil, fmt.Errorf("%w: currency %q is not an ISO 4217 code", engine.ErrInvalid, m.GetCurrency())
 	}
 	if len(m.GetItems()) == 0 {
-		return nil, fmt.Errorf("%w: order %s has no items", runtime.ErrInvalid, m.GetOrderId())
+		return nil, fmt.Errorf("%w: order %s has no items", engine.ErrInvalid, m.GetOrderId())
 	}
 	var total int64
 	for i, it := range m.GetItems() {
 		if it.GetQuantity() <= 0 || it.GetUnitPriceCents() < 0 {
-			return nil, fmt.Errorf("%w: item %d: quantity %d, unit price %d", runtime.ErrInvalid, i, it.GetQuantity(), it.GetUnitPriceCents())
+			return nil, fmt.Errorf("%w: item %d: quantity %d, unit price %d", engine.ErrInvalid, i, it.GetQuantity(), it.GetUnitPriceCents())
 		}
 		total += int64(it.GetQuantity()) * it.GetUnitPriceCents()
 	}
 	if total != m.GetTotalCents() {
-		return nil, fmt.Errorf("%w: total_cents %d, items sum to %d", runtime.ErrInvalid, m.GetTotalCents(), total)
+		return nil, fmt.Errorf("%w: total_cents %d, items sum to %d", engine.ErrInvalid, m.GetTotalCents(), total)
 	}
 	return &m, nil
 }
 
 // Cancelled decodes and validates an OrderCancelled event, like Created.
-func Cancelled(ev runtime.Event) (*eventforgev1.OrderCancelled, error) {
+func Cancelled(ev engine.Event) (*eventforgev1.OrderCancelled, error) {
 	var m eventforgev1.OrderCancelled
 	if err := unmarshal.Unmarshal(ev.Payload, &m); err != nil {
-		return nil, fmt.Errorf("%w: OrderCancelled payload: %v", runtime.ErrMalformed, err)
+		return nil, fmt.Errorf("%w: OrderCancelled payload: %v", engine.ErrMalformed, err)
 	}
 	if err := checkOrder(m.GetOrderId(), ev.Key); err != nil {
 		return nil, err
@@ -67,15 +67,15 @@ func Cancelled(ev runtime.Event) (*eventforgev1.OrderCancelled, error) {
 // checkOrder validates the order ID every order event carries.
 func checkOrder(orderID, key string) error {
 	if _, err := uuid.Parse(orderID); err != nil {
-		return fmt.Errorf("%w: order_id %q is not a UUID", runtime.ErrInvalid, orderID)
+		return fmt.Errorf("%w: order_id %q is not a UUID", engine.ErrInvalid, orderID)
 	}
 	if orderID != key {
-		return fmt.Errorf("%w: payload order_id %q differs from record key %q", runtime.ErrInvalid, orderID, key)
+		return fmt.Errorf("%w: payload order_id %q differs from record key %q", engine.ErrInvalid, orderID, key)
 	}
 	return nil
 }
 
 // Unknown returns the error for an event type no handler knows.
-func Unknown(ev runtime.Event) error {
-	return fmt.Errorf("%w: %q", runtime.ErrUnknownType, ev.Type)
+func Unknown(ev engine.Event) error {
+	return fmt.Errorf("%w: %q", engine.ErrUnknownType, ev.Type)
 }

@@ -1,4 +1,4 @@
-// Package runtime is the consumer runtime shared by every EventForge
+// Package engine is the consumer runtime shared by every EventForge
 // handler. It owns the Kafka consumer group, the PostgreSQL transaction, the
 // durable (consumer, event_id) mark, retries and the dead-letter queue; a
 // Handler only applies the business change inside the transaction.
@@ -23,7 +23,7 @@
 // PostgreSQL is unavailable (see probe.go for how a database that hangs is
 // told from a transaction that is slow). Waits between attempts hold no
 // worker slot. docs/consumer.md is the contract in prose.
-package runtime
+package engine
 
 import (
 	"context"

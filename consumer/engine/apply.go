@@ -1,4 +1,4 @@
-package runtime
+package engine
 
 import (
 	"context"
@@ -126,6 +126,18 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// ApplyBatch applies evs in one transaction exactly as Run applies a batch
+// of one partition's records, failpoints included: the marks, then the
+// handler for every event whose mark is new, then COMMIT. It reports how
+// many events the handler applied and how many were duplicates. It is for
+// callers that hold events without Kafka, such as the handler contract
+// suite (package consumertest); a failure is returned, never retried or
+// dead-lettered.
+func (r *Runtime) ApplyBatch(ctx context.Context, evs []Event) (applied, duplicates int, err error) {
+	out, err := r.apply(ctx, evs)
+	return out.applied, out.duplicates, err
 }
 
 // applyAll runs the handler for evs, in order, in tx. A Batcher's

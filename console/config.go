@@ -62,9 +62,9 @@ const DrilledConsumer = fulfillment.Name
 func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:    contract.DatabaseURL,
-		KafkaBrokers:   "127.0.0.1:19092",
+		KafkaBrokers:   contract.KafkaBrokers,
 		Topic:          contract.Topic,
-		Slot:           "eventforge_outbox",
+		Slot:           contract.Slot,
 		Consumers:      map[string]string{DrilledConsumer: registry.DefaultGroup(DrilledConsumer)},
 		SampleInterval: 2 * time.Second,
 		History:        900,

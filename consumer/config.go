@@ -81,7 +81,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:      contract.DatabaseURL,
-		KafkaBrokers:     "127.0.0.1:19092",
+		KafkaBrokers:     contract.KafkaBrokers,
 		Name:             registry.DefaultName,
 		Topics:           []string{contract.Topic},
 		Workers:          4,

@@ -68,10 +68,10 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:     contract.DatabaseURL,
-		KafkaBrokers:    "127.0.0.1:19092",
+		KafkaBrokers:    contract.KafkaBrokers,
 		Topic:           contract.Topic,
 		Consumers:       DefaultConsumers(),
-		Slot:            "eventforge_outbox",
+		Slot:            contract.Slot,
 		DeadLetterTable: cdc.DefaultConfig().DeadLetterTable,
 		Grace:           time.Minute,
 		Timeout:         5 * time.Minute,

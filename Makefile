@@ -116,6 +116,11 @@ UNIT_PACKAGES = $(shell $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}
 unit: ## Run the tests that need no PostgreSQL, Kafka, npm or Chromium (under a minute on a warm cache)
 	$(GO) test -race -count=1 -timeout 5m $(UNIT_PACKAGES)
 
+.PHONY: test-pg-all
+test-pg-all: ## Run make test on PostgreSQL 16 and 18 too (make test itself covers 15, and 17 for the CDC suite)
+	$(MAKE) --no-print-directory test PG=16
+	$(MAKE) --no-print-directory test PG=18
+
 # The core CDC suite (the cdc packages and the e2e TestCDC* tests) once more
 # on a second PostgreSQL version, beside the default one and on the same
 # Kafka. The failure matrix runs its failover windows on 15 and 17 itself.

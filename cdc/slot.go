@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/eventforge/eventforge/schema"
 )
@@ -47,5 +49,33 @@ func DropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 		}
 		return err
 	}
+	return nil
+}
+
+// errSlotBusy means another process's walsender still holds the slot.
+var errSlotBusy = errors.New("replication slot is held by another process")
+
+// errSlotMissing means the slot disappeared (dropped) after start.
+var errSlotMissing = errors.New("replication slot does not exist")
+
+// isPGCode reports whether err is a PostgreSQL error with the SQLSTATE code.
+func isPGCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// ptrLSN scans a text LSN into a pglogrepl.LSN.
+type ptrLSN struct{ dst *pglogrepl.LSN }
+
+func (p ptrLSN) Scan(src any) error {
+	s, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("lsn: unexpected %T", src)
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		return err
+	}
+	*p.dst = lsn
 	return nil
 }

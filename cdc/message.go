@@ -1,0 +1,139 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/eventforge/eventforge/cdc/decode"
+	"github.com/eventforge/eventforge/cdc/publish"
+	"github.com/eventforge/eventforge/internal/failpoint"
+)
+
+// handleCopyData handles one CopyData frame; replyNow reports a keepalive
+// that asked for an immediate status update.
+func (s *session) handleCopyData(ctx context.Context, data []byte) (replyNow bool, err error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("parsing keepalive: %w", err)
+		}
+		// Nothing open or unacknowledged: everything before the server's WAL
+		// end is published, so confirm it and let the server recycle WAL.
+		s.tracker.AdvanceIdle(pkm.ServerWALEnd)
+		return pkm.ReplyRequested, nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("parsing xlogdata: %w", err)
+		}
+		return false, s.handleWAL(ctx, xld)
+	}
+	return false, nil
+}
+
+func (s *session) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
+	msg, err := pglogrepl.Parse(xld.WALData)
+	if err != nil {
+		return fmt.Errorf("decoding pgoutput message at %s: %w", xld.WALStart, err)
+	}
+	return s.handle(ctx, msg, xld.WALStart)
+}
+
+// handle applies one decoded pgoutput message received at walStart.
+func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pglogrepl.LSN) error {
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		if err := s.decoder.Relation(m); err != nil {
+			return errPermanent{err}
+		}
+	case *pglogrepl.BeginMessage:
+		s.curTx, s.curN, s.midDone = s.tracker.Begin(m.CommitTime), 0, false
+	case *pglogrepl.InsertMessage:
+		ev, ok, err := s.decoder.Insert(m)
+		malformed := errors.Is(err, decode.ErrMalformedHeaders)
+		if err != nil && !malformed {
+			return fmt.Errorf("decoding outbox insert at %s: %w", walStart, err)
+		}
+		if !ok {
+			return nil
+		}
+		if s.curTx == nil {
+			return fmt.Errorf("insert at %s outside a transaction", walStart)
+		}
+		size := ev.Size() + recordOverhead
+		switch {
+		case malformed:
+			// No record can be built: the one row, never the batch.
+			s.tracker.Add(s.curTx, size)
+			if err := s.deadLetter(ctx, &ev, walStart, size, err); err != nil {
+				return err
+			}
+		case s.suspects.has(ev.ID):
+			if err := s.publishAlone(ctx, &ev, walStart, size); err != nil {
+				return err
+			}
+		default:
+			s.tracker.Add(s.curTx, size)
+			if err := s.pub.Publish(ctx, &ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
+				if publish.Permanent(err) {
+					// Produce refused this record by itself.
+					if err := s.deadLetter(ctx, &ev, walStart, size, err); err != nil {
+						return err
+					}
+					break
+				}
+				s.tracker.Release(s.curTx, size)
+				return err
+			}
+		}
+		s.curN++
+		if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
+			s.midDone = true
+			if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
+				return err
+			}
+		}
+	case *pglogrepl.CommitMessage:
+		if s.curTx == nil {
+			return fmt.Errorf("commit at %s without begin", m.CommitLSN)
+		}
+		if !s.midDone && s.curN > 0 {
+			s.midDone = true
+			if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
+				return err
+			}
+		}
+		s.tracker.Commit(s.curTx, m.TransactionEndLSN)
+		s.curTx = nil
+	case *pglogrepl.LogicalDecodingMessage:
+		s.handleMessage(m)
+	}
+	return nil
+}
+
+// handleMessage handles a logical decoding message: a heartbeat measures the
+// replication lag and, when nothing is open or unacknowledged, moves the
+// confirmable position to it like a keepalive does.
+func (s *session) handleMessage(m *pglogrepl.LogicalDecodingMessage) {
+	if m.Prefix != HeartbeatPrefix {
+		return
+	}
+	nonce, sentAt, ok := parseHeartbeat(m.Content)
+	if !ok {
+		return
+	}
+	if nonce == s.nonce {
+		s.hb.received(sentAt, time.Now())
+	}
+	if !m.Transactional {
+		s.tracker.AdvanceIdle(m.LSN)
+	}
+}

@@ -1,0 +1,94 @@
+package console
+
+import (
+	"context"
+	"time"
+
+	"github.com/eventforge/eventforge/consumer/dlq"
+	"github.com/eventforge/eventforge/verify"
+)
+
+// runDLQReplay: every commit of the fulfillment consumer fails until its
+// attempts are exhausted and the event is dead-lettered; the fault is fixed
+// (the consumer restarts without it) and the DLQ record is replayed with its
+// event ID: one change.
+func runDLQReplay(ctx context.Context, d *drillRun) error {
+	c := d.c
+	disarmed := false
+	defer func() {
+		if !disarmed {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := c.procs.Restart(rctx, componentFulfillment, ""); err != nil {
+				c.logger.Warn("disarming the drill's failpoint", "err", err)
+			}
+		}
+	}()
+	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		_, err := c.armAndWait(ctx, componentFulfillment, fpCommitRejected, f)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		_, err := d.createOrder(ctx, "drill-dlq", f)
+		return err
+	}); err != nil {
+		return err
+	}
+	var entry dlq.Entry
+	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		err := c.waitFor(ctx, "the event in the DLQ", func() (bool, error) {
+			es, err := c.dlqEntries(ctx)
+			if err != nil {
+				return false, err
+			}
+			for _, e := range es {
+				if e.EventID == d.EventID && e.Consumer == DrilledConsumer {
+					entry = e
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return err
+		}
+		f["dlq_position"], f["attempts"], f["error_class"], f["error_message"] = entry.Position(), entry.Attempts, entry.Class, entry.Message
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		if err := c.procs.Restart(ctx, componentFulfillment, ""); err != nil {
+			return err
+		}
+		disarmed = true
+		comp, _ := c.component(componentFulfillment)
+		f["pid"] = comp.PID
+		n, _, err := verify.OrderChanges(ctx, c.pool, DrilledConsumer, d.OrderID)
+		f["business_changes"] = n
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		pos, err := c.replay(ctx, entry.Partition, entry.Offset)
+		f["replayed"] = pos
+		return err
+	}); err != nil {
+		return err
+	}
+	return d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		rep, err := c.waitSettled(ctx, d.OrderID, func(r *verify.OrderReport) bool {
+			return r.Deliveries >= 2 && r.BusinessChanges[DrilledConsumer] >= 1
+		})
+		if err != nil {
+			return err
+		}
+		// Delivered once and dead-lettered, then once more as the replay.
+		d.setCounters(countersOf(rep, 2))
+		f["records"] = rep.Records
+		return nil
+	})
+}

@@ -5,36 +5,24 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
 	"github.com/eventforge/eventforge/contract"
-	"github.com/eventforge/eventforge/internal/metrics"
 	"github.com/eventforge/eventforge/internal/tlsconf"
-	"github.com/eventforge/eventforge/internal/tracing"
-	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
 // Config configures the order service.
@@ -134,7 +122,6 @@ func (c Config) Validate() error {
 }
 
 // Run serves until ctx is cancelled, then drains in-flight requests.
-// ready, if not nil, receives the bound addresses once both listeners are up.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	return run(ctx, cfg, logger, nil)
 }
@@ -143,11 +130,15 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 type Addrs struct{ GRPC, HTTP string }
 
 // RunNotify is Run that reports the bound addresses on ready (useful when the
-// configured ports are 0).
+// configured ports are 0); ready, if not nil, receives them once both
+// listeners are up.
 func RunNotify(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addrs) error {
 	return run(ctx, cfg, logger, ready)
 }
 
+// run composes the service: the gRPC server (grpc.go), the REST gateway that
+// calls it (gateway.go) and the HTTP server in front of the gateway
+// (http.go), over one store, then serves until ctx ends.
 func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addrs) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid api config: %w", err)
@@ -164,328 +155,130 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	defer pool.Close()
 	st := store.New(pool)
 
+	lis, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	grpcServer, healthServer := newGRPCServer(ctx, cfg, st, lis.serverTLS, logger)
+	gw, conn, err := newGateway(ctx, lis.grpc.Addr().String(), lis.selfTLS)
+	if err != nil {
+		lis.close()
+		return err
+	}
+	defer conn.Close()
+	httpServer, err := newHTTPServer(cfg, st, gw, logger)
+	if err != nil {
+		lis.close()
+		return err
+	}
+
+	addrs := Addrs{GRPC: lis.grpc.Addr().String(), HTTP: lis.http.Addr().String()}
+	logger.Info("api listening", "grpc_addr", addrs.GRPC, "http_addr", addrs.HTTP)
+	if ready != nil {
+		ready <- addrs
+	}
+	s := servers{cfg: cfg, logger: logger, st: st, lis: lis, grpc: grpcServer, health: healthServer, http: httpServer}
+	err = s.serve(ctx)
+	logger.Info("api stopped")
+	return err
+}
+
+// listeners are the service's bound sockets and its TLS settings.
+type listeners struct {
+	grpc, http net.Listener
+	// serverTLS is nil without TLS; selfTLS is what the gateway dials the
+	// gRPC server with.
+	serverTLS, selfTLS *tls.Config
+}
+
+// listen binds the gRPC and HTTP addresses; the HTTP listener speaks TLS
+// when a certificate is configured.
+func listen(cfg Config) (*listeners, error) {
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.GRPCAddr, err)
+		return nil, fmt.Errorf("listening on %s: %w", cfg.GRPCAddr, err)
 	}
 	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		grpcLis.Close()
-		return fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
+		return nil, fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
 	}
 	serverTLS, selfTLS, err := tlsconf.Server(cfg.TLSCertFile, cfg.TLSKeyFile)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
-		return err
+		return nil, err
 	}
 	if serverTLS != nil {
 		httpLis = tls.NewListener(httpLis, serverTLS)
 	}
+	return &listeners{grpc: grpcLis, http: httpLis, serverTLS: serverTLS, selfTLS: selfTLS}, nil
+}
 
-	grpcServer := grpc.NewServer(
-		grpc.MaxRecvMsgSize(MaxRequestBytes),
-		// Requests decode in their handlers (rpc.ServiceDesc) and streams
-		// (rpc.StreamDecoding), so one that does not decode is
-		// INVALID_ARGUMENT, not grpc-go's INTERNAL.
-		grpc.ForceServerCodecV2(rpc.Codec()),
-		grpc.Creds(tlsconf.ServerCredentials(serverTLS)),
-		tracing.GRPCServerOption(),
-		grpc.ChainUnaryInterceptor(logRequests(logger), capDeadline(cfg.RequestTimeout)),
-		grpc.ChainStreamInterceptor(rpc.StreamDecoding()),
-	)
-	var rpcOpts []rpc.Option
-	if cfg.PageTokenKey != "" {
-		rpcOpts = append(rpcOpts, rpc.WithPageTokenKey([]byte(cfg.PageTokenKey)))
-	} else {
-		logger.Warn("no page-token-key: ListOrders page tokens are signed with a random key of this process; " +
-			"they fail after a restart and on other replicas; set the same EVENTFORGE_PAGE_TOKEN_KEY on every replica")
-	}
-	orderService := rpc.ServiceDesc(eventforgev1.OrderService_ServiceDesc)
-	grpcServer.RegisterService(&orderService, rpc.New(st, logger, rpcOpts...))
-	healthServer := health.NewServer()
-	healthService := rpc.ServiceDesc(healthpb.Health_ServiceDesc)
-	grpcServer.RegisterService(&healthService, healthServer)
-	reflection.Register(grpcServer)
-	updateHealth(ctx, st, healthServer)
+// close closes both listeners of a service that will not serve.
+func (l *listeners) close() {
+	l.grpc.Close()
+	l.http.Close()
+}
 
-	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(tlsconf.ClientCredentials(selfTLS)), tracing.GRPCDialOption())
-	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
-		return fmt.Errorf("dialing own grpc server: %w", err)
-	}
-	defer conn.Close()
-	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, rpc.RESTMarshaler()),
-		runtime.SetQueryParameterParser(rpc.QueryParser()),
-		runtime.WithIncomingHeaderMatcher(forwardHeader),
-	)
-	if err := eventforgev1.RegisterOrderServiceHandler(ctx, gw, conn); err != nil {
-		grpcLis.Close()
-		httpLis.Close()
-		return fmt.Errorf("registering gateway: %w", err)
-	}
-	openAPI, err := rpc.OpenAPI()
-	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
-		return fmt.Errorf("building the OpenAPI document: %w", err)
-	}
-	routes, err := declaredRoutes(openAPI)
-	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
-		return err
-	}
+// servers are the service's servers over one store.
+type servers struct {
+	cfg    Config
+	logger *slog.Logger
+	st     *store.Store
+	lis    *listeners
+	grpc   *grpc.Server
+	health *health.Server
+	http   *http.Server
+}
 
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", tracing.HTTPHandler(routes.allowMethods(routes.requireUTF8(limitBody(gw, MaxRequestBytes, logger))), "rest"))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		w.Header().Set("Content-Type", "application/json")
-		if err := st.Ping(pctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"unavailable","reason":"database unreachable"}`))
-			return
-		}
-		_, _ = w.Write([]byte(`{"status":"ready"}`))
-	})
-	mux.Handle("GET /metrics", metrics.Handler())
-	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openAPI)
-	})
-	for pattern, h := range cfg.Handlers {
-		mux.Handle(pattern, h)
-	}
-	httpServer := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-	}
-
-	addrs := Addrs{GRPC: grpcLis.Addr().String(), HTTP: httpLis.Addr().String()}
-	logger.Info("api listening", "grpc_addr", addrs.GRPC, "http_addr", addrs.HTTP)
-	if ready != nil {
-		ready <- addrs
-	}
-
+// serve runs the servers, the idempotency-key pruning and the health
+// refresh until ctx ends, then shuts the servers down within the shutdown
+// timeout: HTTP first, then gRPC (gracefully, or at once when the time is
+// up).
+func (s servers) serve(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := grpcServer.Serve(grpcLis); err != nil {
+		if err := s.grpc.Serve(s.lis.grpc); err != nil {
 			return fmt.Errorf("serving grpc: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
-		if err := httpServer.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(s.lis.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serving http: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
-		pruneKeys(gctx, st, cfg.IdempotencyWindow, cfg.PruneInterval, logger)
+		pruneKeys(gctx, s.st, s.cfg.IdempotencyWindow, s.cfg.PruneInterval, s.logger)
 		return nil
 	})
 	g.Go(func() error {
-		ticker := time.NewTicker(healthInterval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-ticker.C:
-				updateHealth(gctx, st, healthServer)
-			}
-		}
+		keepHealth(gctx, s.st, s.health)
+		return nil
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		healthServer.Shutdown()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-		defer cancel()
-		if err := httpServer.Shutdown(sctx); err != nil {
-			logger.Warn("http shutdown", "err", err)
-		}
-		stopped := make(chan struct{})
-		go func() { grpcServer.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-sctx.Done():
-			grpcServer.Stop()
-		}
+		s.shutdown(ctx)
 		return nil
 	})
-	err = g.Wait()
-	logger.Info("api stopped")
-	return err
+	return g.Wait()
 }
 
-// logRequests logs one line per call: method, code, duration and, when the
-// request or response names one, order_id. REST calls pass through it too
-// (the gateway calls the gRPC server).
-func logRequests(logger *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		code := status.Code(err)
-		attrs := []slog.Attr{
-			slog.String("method", info.FullMethod),
-			slog.String("code", code.String()),
-			slog.Duration("duration", time.Since(start)),
-		}
-		if id := orderIDOf(req, resp); id != "" {
-			attrs = append(attrs, slog.String("order_id", id))
-		}
-		level := slog.LevelInfo
-		if code == codes.Internal || code == codes.Unavailable || code == codes.DeadlineExceeded {
-			level = slog.LevelWarn
-		}
-		logger.LogAttrs(ctx, level, "rpc", attrs...)
-		return resp, err
-	}
-}
-
-// orderIDOf returns the order ID a response or request carries.
-func orderIDOf(req, resp any) string {
-	if r, ok := resp.(interface{ GetOrder() *eventforgev1.Order }); ok && r.GetOrder() != nil {
-		return r.GetOrder().GetOrderId()
-	}
-	if r, ok := req.(interface{ GetOrderId() string }); ok {
-		return r.GetOrderId()
-	}
-	return ""
-}
-
-// capDeadline bounds every call by max; an earlier client deadline stays.
-// The context carries the deadline down to the database driver, which
-// cancels the running statement when it passes.
-func capDeadline(maxDuration time.Duration) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, cancel := context.WithTimeout(ctx, maxDuration)
-		defer cancel()
-		return handler(ctx, req)
-	}
-}
-
-// forwardHeader passes the idempotency key and the W3C trace context from
-// REST requests to the gRPC call's metadata, besides the gateway's default
-// set.
-func forwardHeader(key string) (string, bool) {
-	switch k := strings.ToLower(key); k {
-	case rpc.IdempotencyKeyMetadata, "traceparent", "tracestate":
-		return k, true
-	}
-	return runtime.DefaultHeaderMatcher(key)
-}
-
-// limitBody refuses request bodies larger than limit with 413 and a
-// google.rpc.Status body, and a body not received within the server's read
-// timeout with 408; the gateway then decodes the buffered body. It also
-// refuses with 400 an Idempotency-Key the gateway could not forward.
-func limitBody(next http.Handler, limit int64, logger *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > limit {
-			tooLarge(w, r, limit, logger)
-			return
-		}
-		for _, key := range r.Header.Values(rpc.IdempotencyKeyHeader) {
-			if strings.ContainsFunc(key, func(c rune) bool { return c < 0x20 || c > 0x7e }) {
-				// gRPC metadata cannot carry it: the gateway would drop it.
-				if err := rpc.KeyHeaderError(key); err != nil {
-					writeStatus(w, http.StatusBadRequest, status.Convert(err))
-					return
-				}
-			}
-		}
-		if r.Body != nil && r.Body != http.NoBody {
-			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-			var netErr net.Error
-			switch {
-			case errors.As(err, &netErr) && netErr.Timeout():
-				logger.LogAttrs(r.Context(), slog.LevelInfo, "http request refused",
-					slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", http.StatusRequestTimeout))
-				writeStatus(w, http.StatusRequestTimeout, status.New(codes.DeadlineExceeded, "the request body was not received in time"))
-				return
-			case err != nil:
-				writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, "reading the request body failed"))
-				return
-			}
-			if int64(len(body)) > limit {
-				tooLarge(w, r, limit, logger)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func tooLarge(w http.ResponseWriter, r *http.Request, limit int64, logger *slog.Logger) {
-	logger.LogAttrs(r.Context(), slog.LevelInfo, "http request refused",
-		slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.Int("status", http.StatusRequestEntityTooLarge), slog.Int64("content_length", r.ContentLength))
-	writeStatus(w, http.StatusRequestEntityTooLarge,
-		status.New(codes.ResourceExhausted, fmt.Sprintf("the request body is larger than %d bytes", limit)))
-}
-
-// writeStatus writes st as the gateway writes errors: a google.rpc.Status in
-// JSON with proto field names.
-func writeStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
-	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(st.Proto())
-	if err != nil {
-		body = []byte(`{"code":13,"message":"internal error","details":[]}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpStatus)
-	_, _ = w.Write(body)
-}
-
-// healthInterval is how often the readiness status of ServiceName is
-// refreshed from a database ping.
-const healthInterval = 5 * time.Second
-
-// updateHealth sets the liveness status ("") to SERVING and the readiness
-// status (ServiceName) from a database ping.
-func updateHealth(ctx context.Context, st *store.Store, hs *health.Server) {
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+// shutdown stops the servers once ctx (the service's context) has ended.
+func (s servers) shutdown(ctx context.Context) {
+	s.health.Shutdown()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	if err := st.Ping(pctx); err != nil {
-		hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
-		return
+	if err := s.http.Shutdown(sctx); err != nil {
+		s.logger.Warn("http shutdown", "err", err)
 	}
-	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-}
-
-// pruneBatch is how many expired idempotency keys one DELETE removes.
-const pruneBatch = 1000
-
-// pruneKeys deletes idempotency keys older than window every interval until
-// ctx ends. Several api processes may prune at once: DELETE is idempotent.
-func pruneKeys(ctx context.Context, st *store.Store, window, interval time.Duration, logger *slog.Logger) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		n, err := st.PruneIdempotencyKeys(ctx, window, pruneBatch)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			logger.Warn("pruning idempotency keys", "err", err)
-		case n > 0:
-			logger.Info("idempotency keys pruned", "deleted", n, "window", window)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		s.grpc.Stop()
 	}
 }

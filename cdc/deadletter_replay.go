@@ -108,25 +108,9 @@ func ReplayDeadLetters(ctx context.Context, cfg DeadLetterReplayConfig, logger *
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	where, args := `replayed_at IS NULL`, []any{}
-	if len(cfg.EventIDs) > 0 {
-		where, args = `event_id = ANY($1::text[])`, []any{cfg.EventIDs}
-	}
-	type row struct {
-		ev    decode.Event
-		topic string
-	}
-	rows, _ := conn.Query(ctx, `SELECT event_id, topic, aggregatetype, aggregateid, type, payload, headers, coalesce(created_at::text, '')
-		FROM `+ident.Sanitize()+` WHERE `+where+` ORDER BY lsn, event_id`, args...)
-	selected, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-		var x row
-		var payload string
-		err := r.Scan(&x.ev.ID, &x.topic, &x.ev.AggregateType, &x.ev.AggregateID, &x.ev.Type, &payload, &x.ev.HeadersJSON, &x.ev.CreatedAt)
-		x.ev.Payload = []byte(payload)
-		return x, err
-	})
+	selected, err := selectDeadLetters(ctx, conn, ident, cfg)
 	if err != nil {
-		return res, fmt.Errorf("reading dead letters from %s: %w", cfg.Table, err)
+		return res, err
 	}
 	res.Selected = len(selected)
 	found := map[string]bool{}
@@ -190,4 +174,31 @@ func ReplayDeadLetters(ctx context.Context, cfg DeadLetterReplayConfig, logger *
 		return res, fmt.Errorf("replay incomplete (%d of %d acknowledged): %w", res.Published, res.Selected, errors.Join(failures...))
 	}
 	return res, nil
+}
+
+// deadLetterRow is a dead letter selected for replay.
+type deadLetterRow struct {
+	ev    decode.Event
+	topic string
+}
+
+// selectDeadLetters reads the dead letters cfg selects, in LSN order.
+func selectDeadLetters(ctx context.Context, conn *pgx.Conn, ident pgx.Identifier, cfg DeadLetterReplayConfig) ([]deadLetterRow, error) {
+	where, args := `replayed_at IS NULL`, []any{}
+	if len(cfg.EventIDs) > 0 {
+		where, args = `event_id = ANY($1::text[])`, []any{cfg.EventIDs}
+	}
+	rows, _ := conn.Query(ctx, `SELECT event_id, topic, aggregatetype, aggregateid, type, payload, headers, coalesce(created_at::text, '')
+		FROM `+ident.Sanitize()+` WHERE `+where+` ORDER BY lsn, event_id`, args...)
+	selected, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (deadLetterRow, error) {
+		var x deadLetterRow
+		var payload string
+		err := r.Scan(&x.ev.ID, &x.topic, &x.ev.AggregateType, &x.ev.AggregateID, &x.ev.Type, &payload, &x.ev.HeadersJSON, &x.ev.CreatedAt)
+		x.ev.Payload = []byte(payload)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading dead letters from %s: %w", cfg.Table, err)
+	}
+	return selected, nil
 }

@@ -216,39 +216,9 @@ func (r *reader) republishSnapshot(ctx context.Context, snapshot string, from *i
 		}
 	}()
 
-	rows, err := tx.Query(ctx, fmt.Sprintf(gapRowsStatement, r.table.Sanitize()), from)
+	sent, err := r.publishGapRows(ctx, tx, from, pub, inflight)
 	if err != nil {
-		return 0, 0, fmt.Errorf("reading the outbox: %w", err)
-	}
-	var sent int64
-	for rows.Next() {
-		var ev decode.Event
-		var payload, headers string
-		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt); err != nil {
-			rows.Close()
-			return 0, 0, fmt.Errorf("reading an outbox row: %w", err)
-		}
-		ev.Payload = []byte(payload)
-		ev.HeadersJSON = headers
-		if ev.Headers, err = decode.ParseHeaders(ev.ID, headers); err != nil {
-			rows.Close()
-			return 0, 0, err
-		}
-		select {
-		case inflight <- struct{}{}:
-		case <-ctx.Done():
-			rows.Close()
-			return 0, 0, ctx.Err()
-		}
-		if err := pub.Publish(ctx, &ev, ev.ID); err != nil {
-			<-inflight
-			rows.Close()
-			return 0, 0, err
-		}
-		sent++
-	}
-	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("reading the outbox: %w", err)
+		return 0, 0, err
 	}
 	closed = true
 	if left := pub.Close(r.cfg.FlushTimeout); left > 0 {
@@ -272,3 +242,44 @@ func quoteLiteral(s string) string {
 
 // errGapRefused means a gap was found and the reader may not create a slot.
 var errGapRefused = errors.New("replication slot gap")
+
+// publishGapRows hands pub every outbox row of the snapshot transaction tx
+// after from, holding a slot of inflight per record until its delivery
+// report; it returns how many it handed over.
+func (r *reader) publishGapRows(ctx context.Context, tx pgx.Tx, from *int64, pub *publish.Publisher, inflight chan struct{}) (int64, error) {
+	var sent int64
+	rows, err := tx.Query(ctx, fmt.Sprintf(gapRowsStatement, r.table.Sanitize()), from)
+	if err != nil {
+		return sent, fmt.Errorf("reading the outbox: %w", err)
+	}
+	for rows.Next() {
+		var ev decode.Event
+		var payload, headers string
+		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt); err != nil {
+			rows.Close()
+			return sent, fmt.Errorf("reading an outbox row: %w", err)
+		}
+		ev.Payload = []byte(payload)
+		ev.HeadersJSON = headers
+		if ev.Headers, err = decode.ParseHeaders(ev.ID, headers); err != nil {
+			rows.Close()
+			return sent, err
+		}
+		select {
+		case inflight <- struct{}{}:
+		case <-ctx.Done():
+			rows.Close()
+			return sent, ctx.Err()
+		}
+		if err := pub.Publish(ctx, &ev, ev.ID); err != nil {
+			<-inflight
+			rows.Close()
+			return sent, err
+		}
+		sent++
+	}
+	if err := rows.Err(); err != nil {
+		return sent, fmt.Errorf("reading the outbox: %w", err)
+	}
+	return sent, nil
+}

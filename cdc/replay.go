@@ -91,32 +91,10 @@ func Replay(ctx context.Context, cfg ReplayConfig, logger *slog.Logger, progress
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
-	from := pgx.Identifier{ns, table}.Sanitize()
-	where, args := `created_at >= $1 AND created_at < $2`, []any{cfg.Since, cfg.Until}
-	if len(cfg.EventIDs) > 0 {
-		where, args = `id::text = ANY($1::text[])`, []any{cfg.EventIDs}
-	}
-
+	sel := newReplaySelection(cfg)
 	var res ReplayResult
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+from+` WHERE `+where, args...).Scan(&res.Selected); err != nil {
-		return res, fmt.Errorf("counting outbox rows to replay: %w", err)
-	}
-	if len(cfg.EventIDs) > 0 {
-		found := map[string]bool{}
-		rows, _ := conn.Query(ctx, `SELECT id::text FROM `+from+` WHERE `+where, args...)
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return res, fmt.Errorf("looking up event IDs: %w", err)
-		}
-		for _, id := range ids {
-			found[id] = true
-		}
-		for _, id := range cfg.EventIDs {
-			if !found[strings.ToLower(id)] && !found[id] {
-				res.Missing = append(res.Missing, id)
-			}
-		}
+	if err := sel.count(ctx, conn, &res); err != nil {
+		return res, err
 	}
 	if progress == nil {
 		progress = func(int64, int64) {}
@@ -157,48 +135,8 @@ func Replay(ctx context.Context, cfg ReplayConfig, logger *slog.Logger, progress
 		}
 	}()
 
-	page := `SELECT id::text, aggregatetype, aggregateid, type, payload::text, headers::text, created_at::text AS created_text, created_at AS created_ts
-		FROM ` + from + ` WHERE ` + where + ` AND (created_at, id::text) > ($` + fmt.Sprint(len(args)+1) + `, $` + fmt.Sprint(len(args)+2) +
-		`) ORDER BY created_at, id::text LIMIT ` + fmt.Sprint(cfg.PageSize)
-	lastAt, lastID := time.Time{}, ""
-	for {
-		rows, err := conn.Query(ctx, page, append(args, lastAt, lastID)...)
-		if err != nil {
-			return res, fmt.Errorf("reading outbox rows: %w", err)
-		}
-		var events []decode.Event
-		for rows.Next() {
-			var ev decode.Event
-			var payload, headers string
-			if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt, &lastAt); err != nil {
-				rows.Close()
-				return res, fmt.Errorf("reading outbox row: %w", err)
-			}
-			ev.Payload = []byte(payload)
-			if ev.Headers, err = decode.ParseHeaders(ev.ID, headers); err != nil {
-				rows.Close()
-				return res, err
-			}
-			lastID = ev.ID
-			events = append(events, ev)
-		}
-		if err := rows.Err(); err != nil {
-			return res, fmt.Errorf("reading outbox rows: %w", err)
-		}
-		for i := range events {
-			select {
-			case inflight <- struct{}{}:
-			case <-ctx.Done():
-				return res, ctx.Err()
-			}
-			if err := pub.Publish(ctx, &events[i], events[i].ID); err != nil {
-				<-inflight
-				return res, err
-			}
-		}
-		if len(events) < cfg.PageSize {
-			break
-		}
+	if err := sel.publish(ctx, conn, pub, cfg.PageSize, inflight); err != nil {
+		return res, err
 	}
 	closed = true
 	left := pub.Close(cfg.FlushTimeout)
@@ -212,4 +150,106 @@ func Replay(ctx context.Context, cfg ReplayConfig, logger *slog.Logger, progress
 		return res, fmt.Errorf("replay incomplete (%d of %d acknowledged): %w", res.Published, res.Selected, errors.Join(failures...))
 	}
 	return res, nil
+}
+
+// replaySelection is the outbox rows a replay selects: by event ID, or by
+// creation time.
+type replaySelection struct {
+	from     string // the outbox table, sanitized
+	where    string
+	args     []any
+	eventIDs []string
+}
+
+func newReplaySelection(cfg ReplayConfig) replaySelection {
+	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
+	from := pgx.Identifier{ns, table}.Sanitize()
+	where, args := `created_at >= $1 AND created_at < $2`, []any{cfg.Since, cfg.Until}
+	if len(cfg.EventIDs) > 0 {
+		where, args = `id::text = ANY($1::text[])`, []any{cfg.EventIDs}
+	}
+	return replaySelection{from: from, where: where, args: args, eventIDs: cfg.EventIDs}
+}
+
+// count sets res.Selected to the number of selected rows and, for a
+// selection by event ID, res.Missing to the IDs without a row.
+func (sel replaySelection) count(ctx context.Context, conn *pgx.Conn, res *ReplayResult) error {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+sel.from+` WHERE `+sel.where, sel.args...).Scan(&res.Selected); err != nil {
+		return fmt.Errorf("counting outbox rows to replay: %w", err)
+	}
+	if len(sel.eventIDs) > 0 {
+		found := map[string]bool{}
+		rows, _ := conn.Query(ctx, `SELECT id::text FROM `+sel.from+` WHERE `+sel.where, sel.args...)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("looking up event IDs: %w", err)
+		}
+		for _, id := range ids {
+			found[id] = true
+		}
+		for _, id := range sel.eventIDs {
+			if !found[strings.ToLower(id)] && !found[id] {
+				res.Missing = append(res.Missing, id)
+			}
+		}
+	}
+	return nil
+}
+
+// page reads up to size selected rows after (*lastAt, *lastID) in
+// created_at, id order, and moves both to the last row read.
+func (sel replaySelection) page(ctx context.Context, conn *pgx.Conn, size int, lastAt *time.Time, lastID *string) ([]decode.Event, error) {
+	page := `SELECT id::text, aggregatetype, aggregateid, type, payload::text, headers::text, created_at::text AS created_text, created_at AS created_ts
+		FROM ` + sel.from + ` WHERE ` + sel.where + ` AND (created_at, id::text) > ($` + fmt.Sprint(len(sel.args)+1) + `, $` + fmt.Sprint(len(sel.args)+2) +
+		`) ORDER BY created_at, id::text LIMIT ` + fmt.Sprint(size)
+	rows, err := conn.Query(ctx, page, append(sel.args, *lastAt, *lastID)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox rows: %w", err)
+	}
+	var events []decode.Event
+	for rows.Next() {
+		var ev decode.Event
+		var payload, headers string
+		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt, lastAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading outbox row: %w", err)
+		}
+		ev.Payload = []byte(payload)
+		if ev.Headers, err = decode.ParseHeaders(ev.ID, headers); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		*lastID = ev.ID
+		events = append(events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading outbox rows: %w", err)
+	}
+	return events, nil
+}
+
+// publish reads the selected rows page by page and hands each to pub,
+// holding a slot of inflight per record until its delivery report.
+func (sel replaySelection) publish(ctx context.Context, conn *pgx.Conn, pub *publish.Publisher, pageSize int, inflight chan struct{}) error {
+	lastAt, lastID := time.Time{}, ""
+	for {
+		events, err := sel.page(ctx, conn, pageSize, &lastAt, &lastID)
+		if err != nil {
+			return err
+		}
+		for i := range events {
+			select {
+			case inflight <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if err := pub.Publish(ctx, &events[i], events[i].ID); err != nil {
+				<-inflight
+				return err
+			}
+		}
+		if len(events) < pageSize {
+			return nil
+		}
+	}
 }

@@ -179,16 +179,8 @@ func (c *Console) trace(ctx context.Context, orderID string) (*trace, error) {
 		return nil, err
 	}
 	t.CommitLSN = commit.String()
-	st, err := schema.ReadSlotStatus(ctx, c.pool, c.cfg.Slot)
-	if err != nil && !errors.Is(err, schema.ErrSlotNotFound) {
+	if err := c.traceSlot(ctx, t, commit); err != nil {
 		return nil, err
-	}
-	t.Slot.ActivePID = st.ActivePID
-	if st.ConfirmedFlushLSN != "" {
-		t.Slot.ConfirmedLSN = st.ConfirmedFlushLSN
-		if lsn, err := pglogrepl.ParseLSN(st.ConfirmedFlushLSN); err == nil {
-			t.Slot.Confirmed = lsn >= commit
-		}
 	}
 
 	recs, err := c.readSince(ctx, c.cfg.Topic, ob.CreatedAt.Add(-5*time.Second), 50000, func(r kafkaread.Record) bool { return r.Key == orderID })
@@ -207,50 +199,12 @@ func (c *Console) trace(ctx context.Context, orderID string) (*trace, error) {
 	allCommitted := len(t.Records) > 0
 	for _, name := range sortedKeys(c.cfg.Consumers) {
 		group := c.cfg.Consumers[name]
-		tc := traceConsumer{Name: name, Group: group}
-		var at time.Time
-		err := c.pool.QueryRow(ctx, `SELECT processed_at FROM processed_events WHERE consumer = $1 AND event_id = $2`, name, ob.EventID).Scan(&at)
-		if err == nil {
-			tc.ProcessedAt = &at
-		} else if !errors.Is(err, pgx.ErrNoRows) {
+		tc, err := c.traceConsumer(ctx, name, group, orderID, ob.EventID, t.Records, partitions)
+		if err != nil {
 			return nil, err
 		}
-		if n, known, err := verify.OrderChanges(ctx, c.pool, name, orderID); err != nil {
-			return nil, err
-		} else if known {
-			tc.Changes = &n
-			t.State.Changes += n
-		}
-		if len(t.Records) > 0 {
-			parts := make([]int32, 0, len(partitions))
-			for p := range partitions {
-				parts = append(parts, p)
-			}
-			committed, err := c.committed(ctx, group, c.cfg.Topic, parts)
-			if err != nil {
-				return nil, err
-			}
-			first := t.Records[0]
-			if off, ok := committed[first.Partition]; ok {
-				tc.CommittedOffset = &off
-			}
-			tc.Committed = true
-			for _, r := range t.Records {
-				if committed[r.Partition] <= r.Offset {
-					tc.Committed = false
-				}
-			}
-			members, err := c.members(ctx, group, c.cfg.Topic)
-			if err != nil {
-				return nil, err
-			}
-			for i := range members {
-				for _, p := range members[i].Partitions {
-					if p == first.Partition {
-						tc.Member = &members[i]
-					}
-				}
-			}
+		if tc.Changes != nil {
+			t.State.Changes += *tc.Changes
 		}
 		allCommitted = allCommitted && tc.Committed
 		t.Consumers = append(t.Consumers, tc)
@@ -259,6 +213,74 @@ func (c *Console) trace(ctx context.Context, orderID string) (*trace, error) {
 		t.State.Offset = "committed"
 	}
 	return t, nil
+}
+
+// traceSlot records the slot's holder and confirmed position in t, and
+// whether the slot confirmed the order's commit.
+func (c *Console) traceSlot(ctx context.Context, t *trace, commit pglogrepl.LSN) error {
+	st, err := schema.ReadSlotStatus(ctx, c.pool, c.cfg.Slot)
+	if err != nil && !errors.Is(err, schema.ErrSlotNotFound) {
+		return err
+	}
+	t.Slot.ActivePID = st.ActivePID
+	if st.ConfirmedFlushLSN != "" {
+		t.Slot.ConfirmedLSN = st.ConfirmedFlushLSN
+		if lsn, err := pglogrepl.ParseLSN(st.ConfirmedFlushLSN); err == nil {
+			t.Slot.Confirmed = lsn >= commit
+		}
+	}
+	return nil
+}
+
+// traceConsumer collects what consumer name, in group, did with the order's
+// event: its mark, its changes and, once the event has records, the
+// committed offsets and the member that owns the first record's partition.
+func (c *Console) traceConsumer(ctx context.Context, name, group, orderID, eventID string, records []traceRecord, partitions map[int32]bool) (traceConsumer, error) {
+	tc := traceConsumer{Name: name, Group: group}
+	var at time.Time
+	err := c.pool.QueryRow(ctx, `SELECT processed_at FROM processed_events WHERE consumer = $1 AND event_id = $2`, name, eventID).Scan(&at)
+	if err == nil {
+		tc.ProcessedAt = &at
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return tc, err
+	}
+	if n, known, err := verify.OrderChanges(ctx, c.pool, name, orderID); err != nil {
+		return tc, err
+	} else if known {
+		tc.Changes = &n
+	}
+	if len(records) > 0 {
+		parts := make([]int32, 0, len(partitions))
+		for p := range partitions {
+			parts = append(parts, p)
+		}
+		committed, err := c.committed(ctx, group, c.cfg.Topic, parts)
+		if err != nil {
+			return tc, err
+		}
+		first := records[0]
+		if off, ok := committed[first.Partition]; ok {
+			tc.CommittedOffset = &off
+		}
+		tc.Committed = true
+		for _, r := range records {
+			if committed[r.Partition] <= r.Offset {
+				tc.Committed = false
+			}
+		}
+		members, err := c.members(ctx, group, c.cfg.Topic)
+		if err != nil {
+			return tc, err
+		}
+		for i := range members {
+			for _, p := range members[i].Partitions {
+				if p == first.Partition {
+					tc.Member = &members[i]
+				}
+			}
+		}
+	}
+	return tc, nil
 }
 
 func (c *Console) currentWAL(ctx context.Context) (pglogrepl.LSN, error) {

@@ -40,14 +40,7 @@ func (a *auditor) close() {
 }
 
 func (a *auditor) run(ctx context.Context) (*Report, error) {
-	rep := &Report{
-		BusinessChanges:   map[string]int{},
-		Pending:           map[string]int{},
-		DeadLettered:      map[string]int{},
-		Purged:            map[string]int{},
-		UnattributedMarks: map[string]int{},
-		Drained:           true,
-	}
+	rep := newReport()
 
 	// 1. The outbox snapshot, then the WAL position after it: every row of
 	// the snapshot committed before that position.
@@ -74,13 +67,9 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 
 	// 2. Committed offsets before marks: an offset is committed only after
 	// the marks of the records before it, so marks read afterwards cover it.
-	committed := map[string]map[int32]int64{}
-	for name, group := range a.cfg.Consumers {
-		c, err := a.kafka.Committed(group, a.cfg.Topic)
-		if err != nil {
-			return nil, err
-		}
-		committed[name] = c
+	committed, err := a.committedOffsets()
+	if err != nil {
+		return nil, err
 	}
 
 	// 3. The relay's dead letters, after the slot position (the relay
@@ -125,16 +114,46 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("checking effects of %s: %w", name, err)
 		}
-		rep.BusinessChanges[name] = eff.changes
-		rep.DuplicateEffects += eff.duplicates
-		rep.MarksWithoutEffect += eff.marksWithoutEffect
-		rep.EffectsWithoutMark += eff.effectsWithoutMark
-		rep.UnattributedMarks[name] = eff.unattributed
-		for _, d := range eff.details {
-			rep.violate("%s: %s", name, d)
-		}
+		rep.addEffects(name, eff)
 	}
 	return rep, nil
+}
+
+// newReport is an empty report of a drained pipeline.
+func newReport() *Report {
+	return &Report{
+		BusinessChanges:   map[string]int{},
+		Pending:           map[string]int{},
+		DeadLettered:      map[string]int{},
+		Purged:            map[string]int{},
+		UnattributedMarks: map[string]int{},
+		Drained:           true,
+	}
+}
+
+// committedOffsets reads each consumer's committed offsets on the topic.
+func (a *auditor) committedOffsets() (map[string]map[int32]int64, error) {
+	committed := map[string]map[int32]int64{}
+	for name, group := range a.cfg.Consumers {
+		c, err := a.kafka.Committed(group, a.cfg.Topic)
+		if err != nil {
+			return nil, err
+		}
+		committed[name] = c
+	}
+	return committed, nil
+}
+
+// addEffects adds what the effect check of consumer name found.
+func (rep *Report) addEffects(name string, eff effects) {
+	rep.BusinessChanges[name] = eff.changes
+	rep.DuplicateEffects += eff.duplicates
+	rep.MarksWithoutEffect += eff.marksWithoutEffect
+	rep.EffectsWithoutMark += eff.effectsWithoutMark
+	rep.UnattributedMarks[name] = eff.unattributed
+	for _, d := range eff.details {
+		rep.violate("%s: %s", name, d)
+	}
 }
 
 // waitDrained waits until the slot confirmed walAfter and every group

@@ -49,14 +49,7 @@ func (c *devCmd) Run(env *runEnv) error {
 	if external && (c.DatabaseURL == "" || c.KafkaBrokers == "") {
 		return errors.New("--database-url and --kafka-brokers go together")
 	}
-	lockDir := c.StateDir
-	if lockDir == "" {
-		lockDir = localstack.DefaultConfig().StateDir
-	}
-	if external {
-		sum := sha256.Sum256([]byte(c.DatabaseURL + "\x00" + c.Slot))
-		lockDir = filepath.Join(os.TempDir(), "eventforge-dev-"+hex.EncodeToString(sum[:6]))
-	}
+	lockDir := c.lockDir(external)
 	release, err := lockDev(lockDir)
 	if err != nil {
 		return err
@@ -87,6 +80,36 @@ func (c *devCmd) Run(env *runEnv) error {
 	consCfg.Consumers, consCfg.MetricsSources = map[string]string{}, map[string]string{}
 
 	sup := newSupervisor(binary, os.Stderr, env.logger.With("component", "supervisor"))
+	if err := c.addChildren(sup, &consCfg, dsn, brokers); err != nil {
+		return err
+	}
+
+	apiCfg := api.DefaultConfig()
+	apiCfg.DatabaseURL, apiCfg.GRPCAddr, apiCfg.HTTPAddr = dsn, c.GRPCAddr, c.HTTPAddr
+
+	g, ctx := errgroup.WithContext(env.ctx)
+	ready := make(chan api.Addrs, 1)
+	g.Go(func() error {
+		return runAPIWithConsole(&runEnv{ctx: ctx, logger: env.logger.With("component", "api")}, apiCfg, consCfg, sup, ready)
+	})
+	g.Go(func() error {
+		sup.run(ctx)
+		return nil
+	})
+	g.Go(func() error {
+		select {
+		case addrs := <-ready:
+			printBanner(addrs, dsn, brokers, consCfg.MetricsSources, c.Topic)
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// addChildren adds cdc and every consumer to sup, each exporting its
+// metrics on a free loopback address that consCfg lists.
+func (c *devCmd) addChildren(sup *supervisor, consCfg *console.Config, dsn, brokers string) error {
 	// Failpoints given to dev arm each child's first process.
 	initial := os.Getenv(failpoint.EnvVar)
 	addChild := func(name string, args ...string) error {
@@ -109,23 +132,25 @@ func (c *devCmd) Run(env *runEnv) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	apiCfg := api.DefaultConfig()
-	apiCfg.DatabaseURL, apiCfg.GRPCAddr, apiCfg.HTTPAddr = dsn, c.GRPCAddr, c.HTTPAddr
+// lockDir is the directory of dev's lock: the local stack's state
+// directory, or one per database and slot for an external stack.
+func (c *devCmd) lockDir(external bool) string {
+	if external {
+		sum := sha256.Sum256([]byte(c.DatabaseURL + "\x00" + c.Slot))
+		return filepath.Join(os.TempDir(), "eventforge-dev-"+hex.EncodeToString(sum[:6]))
+	}
+	if c.StateDir == "" {
+		return localstack.DefaultConfig().StateDir
+	}
+	return c.StateDir
+}
 
-	g, ctx := errgroup.WithContext(env.ctx)
-	ready := make(chan api.Addrs, 1)
-	g.Go(func() error {
-		return runAPIWithConsole(&runEnv{ctx: ctx, logger: env.logger.With("component", "api")}, apiCfg, consCfg, sup, ready)
-	})
-	g.Go(func() error {
-		sup.run(ctx)
-		return nil
-	})
-	g.Go(func() error {
-		select {
-		case addrs := <-ready:
-			fmt.Printf(`
+// printBanner tells the user where dev's endpoints are.
+func printBanner(addrs api.Addrs, dsn, brokers string, metricsSources map[string]string, topic string) {
+	fmt.Printf(`
 EventForge is running.
 
   Console        http://%[1]s/ui/
@@ -141,12 +166,7 @@ Try:
   curl -s -XPOST %[1]s/v1/orders -d '{"customer_id":"c-1","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price_cents":1999}]}'
 
 Press Ctrl-C to stop EventForge; `+"`make stop`"+` stops PostgreSQL and Kafka.
-`, addrs.HTTP, addrs.GRPC, dsn, brokers, metricsList(consCfg.MetricsSources), c.Topic)
-		case <-ctx.Done():
-		}
-		return nil
-	})
-	return g.Wait()
+`, addrs.HTTP, addrs.GRPC, dsn, brokers, metricsList(metricsSources), topic)
 }
 
 // devConsumers lists the consumers dev runs: every registered one.

@@ -80,17 +80,8 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validating local stack config: %w", err)
 	}
-	if sc.Name == "" {
-		sc.Name = DefaultStandbyName
-	}
-	if !standbyNameRE.MatchString(sc.Name) {
-		return nil, fmt.Errorf("standby name %q: want lower-case letters, digits and underscores", sc.Name)
-	}
-	if sc.Port < 1 || sc.Port > 65535 || sc.Port == cfg.PGPort {
-		return nil, fmt.Errorf("standby port %d: want a free port other than the primary's %d", sc.Port, cfg.PGPort)
-	}
-	if sc.SyncSlots && cfg.PGVersion < 17 {
-		return nil, fmt.Errorf("failover slot synchronisation needs PostgreSQL 17 or later, the stack runs %d", cfg.PGVersion)
+	if err := checkStandby(cfg, &sc); err != nil {
+		return nil, err
 	}
 	primary := newLayoutFor(cfg.StateDir, cfg.PGVersion)
 	sl := primary.withPGDir(filepath.Join(cfg.StateDir, "pg-standby-"+sc.Name))
@@ -135,16 +126,8 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 		sc.Name); err != nil {
 		return nil, fmt.Errorf("creating physical slot %s on the primary: %w", sc.Name, err)
 	}
-	if err := stopPostgres(ctx, primary, log); err != nil {
-		return nil, fmt.Errorf("stopping the primary to copy it: %w", err)
-	}
-	copyErr := copyDataDir(ctx, primary, sl, owner)
-	// The primary comes back whatever happened to the copy.
-	if err := startPostgres(ctx, cfg, primary, owner, dist, log); err != nil {
-		return nil, errors.Join(copyErr, fmt.Errorf("restarting the primary: %w", err))
-	}
-	if copyErr != nil {
-		return nil, copyErr
+	if err := copyPrimary(ctx, cfg, primary, sl, owner, dist, log); err != nil {
+		return nil, err
 	}
 	conf, err := renderPGConfAt(sc.Port, sl, append(append([]string{}, cfg.PGSettings...), standbySettings(cfg, sc, pw)...))
 	if err != nil {
@@ -165,9 +148,56 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 	if cfg.PostgresOnly {
 		s.Endpoints.KafkaBootstrap = ""
 	}
-	if err := waitAdmin(ctx, ep.AdminDSN, standbyReadyTimeout,
+	if err := waitStandby(ctx, ep.AdminDSN, sc, sl); err != nil {
+		return nil, err
+	}
+	log.Info("standby streaming", "pg_port", sc.Port, "pid", readPID(sl.pgPIDFile), "synchronous", sc.Synchronous,
+		"sync_slots", sc.SyncSlots, "data_dir", sl.pgData, "elapsed_ms", time.Since(begin).Milliseconds())
+	return s, nil
+}
+
+// copyPrimary stops the primary, copies its data directory to the
+// standby's and starts the primary again, whatever happened to the copy.
+func copyPrimary(ctx context.Context, cfg Config, primary, sl layout, owner pgOwner, dist pgbin.Dist, log *slog.Logger) error {
+	if err := stopPostgres(ctx, primary, log); err != nil {
+		return fmt.Errorf("stopping the primary to copy it: %w", err)
+	}
+	copyErr := copyDataDir(ctx, primary, sl, owner)
+	// The primary comes back whatever happened to the copy.
+	if err := startPostgres(ctx, cfg, primary, owner, dist, log); err != nil {
+		return errors.Join(copyErr, fmt.Errorf("restarting the primary: %w", err))
+	}
+	if copyErr != nil {
+		return copyErr
+	}
+	return nil
+}
+
+// checkStandby validates sc against the primary's cfg, defaulting its name.
+func checkStandby(cfg Config, sc *StandbyConfig) error {
+	if sc.Name == "" {
+		sc.Name = DefaultStandbyName
+	}
+	if !standbyNameRE.MatchString(sc.Name) {
+		return fmt.Errorf("standby name %q: want lower-case letters, digits and underscores", sc.Name)
+	}
+	if sc.Port < 1 || sc.Port > 65535 || sc.Port == cfg.PGPort {
+		return fmt.Errorf("standby port %d: want a free port other than the primary's %d", sc.Port, cfg.PGPort)
+	}
+	if sc.SyncSlots && cfg.PGVersion < 17 {
+		return fmt.Errorf("failover slot synchronisation needs PostgreSQL 17 or later, the stack runs %d", cfg.PGVersion)
+	}
+	return nil
+}
+
+// waitStandby waits until the standby sc streams from the primary at
+// adminDSN, then makes it synchronous and names its slot in
+// synchronized_standby_slots when sc asks for it, and waits until the
+// primary applied both.
+func waitStandby(ctx context.Context, adminDSN string, sc StandbyConfig, sl layout) error {
+	if err := waitAdmin(ctx, adminDSN, standbyReadyTimeout,
 		`SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'`, sc.Name); err != nil {
-		return nil, withLogs(fmt.Errorf("waiting for standby %s to stream: %w", sc.Name, err), sl.pgLog+"/postgresql.log")
+		return withLogs(fmt.Errorf("waiting for standby %s to stream: %w", sc.Name, err), sl.pgLog+"/postgresql.log")
 	}
 	var sets []string
 	if sc.Synchronous {
@@ -177,30 +207,28 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 		sets = append(sets, fmt.Sprintf(`ALTER SYSTEM SET synchronized_standby_slots = '%s'`, sc.Name))
 	}
 	for _, stmt := range sets {
-		if err := execAdmin(ctx, ep.AdminDSN, stmt); err != nil {
-			return nil, fmt.Errorf("configuring the primary for standby %s (%s): %w", sc.Name, stmt, err)
+		if err := execAdmin(ctx, adminDSN, stmt); err != nil {
+			return fmt.Errorf("configuring the primary for standby %s (%s): %w", sc.Name, stmt, err)
 		}
 	}
 	if len(sets) > 0 {
-		if err := execAdmin(ctx, ep.AdminDSN, `SELECT pg_reload_conf()`); err != nil {
-			return nil, fmt.Errorf("reloading the primary's settings: %w", err)
+		if err := execAdmin(ctx, adminDSN, `SELECT pg_reload_conf()`); err != nil {
+			return fmt.Errorf("reloading the primary's settings: %w", err)
 		}
 	}
 	if sc.Synchronous {
-		if err := waitAdmin(ctx, ep.AdminDSN, standbyReadyTimeout,
+		if err := waitAdmin(ctx, adminDSN, standbyReadyTimeout,
 			`SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = $1 AND sync_state = 'sync'`, sc.Name); err != nil {
-			return nil, fmt.Errorf("waiting for standby %s to be synchronous: %w", sc.Name, err)
+			return fmt.Errorf("waiting for standby %s to be synchronous: %w", sc.Name, err)
 		}
 	}
 	if sc.SyncSlots {
-		if err := waitAdmin(ctx, ep.AdminDSN, standbyReadyTimeout,
+		if err := waitAdmin(ctx, adminDSN, standbyReadyTimeout,
 			`SELECT current_setting('synchronized_standby_slots') = $1`, sc.Name); err != nil {
-			return nil, fmt.Errorf("waiting for the primary to name slot %s in synchronized_standby_slots: %w", sc.Name, err)
+			return fmt.Errorf("waiting for the primary to name slot %s in synchronized_standby_slots: %w", sc.Name, err)
 		}
 	}
-	log.Info("standby streaming", "pg_port", sc.Port, "pid", readPID(sl.pgPIDFile), "synchronous", sc.Synchronous,
-		"sync_slots", sc.SyncSlots, "data_dir", sl.pgData, "elapsed_ms", time.Since(begin).Milliseconds())
-	return s, nil
+	return nil
 }
 
 // standbySettings are the standby's recovery settings.

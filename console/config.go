@@ -58,10 +58,11 @@ type Config struct {
 // whose effects the drills count: shipments of the fulfillment consumer.
 const DrilledConsumer = fulfillment.Name
 
-// DefaultConfig returns the configuration the flags default to.
+// DefaultConfig returns the configuration the flags default to. Its
+// DatabaseURL is empty: the console uses the api's database, which whoever
+// mounts it sets (`eventforge api`, `eventforge dev`).
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:    contract.DatabaseURL,
 		KafkaBrokers:   contract.KafkaBrokers,
 		Topic:          contract.Topic,
 		Slot:           contract.Slot,

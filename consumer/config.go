@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
@@ -77,27 +76,30 @@ type Config struct {
 	MetricsAddr string `name:"metrics-addr" help:"Serve Prometheus /metrics on this address (empty: off)."`
 }
 
-// DefaultConfig returns the configuration the flags default to.
+// DefaultConfig returns the configuration the flags default to: the
+// engine's DefaultOptions, the contract's database, brokers and topic, and
+// the registry's default consumer.
 func DefaultConfig() Config {
+	o := engine.DefaultOptions()
 	return Config{
 		DatabaseURL:      contract.DatabaseURL,
 		KafkaBrokers:     contract.KafkaBrokers,
 		Name:             registry.DefaultName,
 		Topics:           []string{contract.Topic},
-		Workers:          4,
-		BatchSize:        100,
-		QueueSize:        5000,
-		MaxAttempts:      5,
-		InitialBackoff:   100 * time.Millisecond,
-		NotFoundGrace:    10 * time.Second,
-		MaxBackoff:       5 * time.Second,
-		AttemptTimeout:   30 * time.Second,
-		ProbeTimeout:     5 * time.Second,
-		SessionTimeout:   45 * time.Second,
-		CommitInterval:   time.Second,
+		Workers:          o.Workers,
+		BatchSize:        o.BatchSize,
+		QueueSize:        o.QueueSize,
+		MaxAttempts:      o.MaxAttempts,
+		InitialBackoff:   o.InitialBackoff,
+		NotFoundGrace:    o.NotFoundGrace,
+		MaxBackoff:       o.MaxBackoff,
+		AttemptTimeout:   o.AttemptTimeout,
+		ProbeTimeout:     o.ProbeTimeout,
+		SessionTimeout:   o.SessionTimeout,
+		CommitInterval:   o.CommitPeriod,
 		MaxConns:         5,
-		DLQSuffix:        dlq.DefaultSuffix,
-		DLQStatsInterval: 15 * time.Second,
+		DLQSuffix:        o.DLQSuffix,
+		DLQStatsInterval: o.DLQStatsInterval,
 	}
 }
 

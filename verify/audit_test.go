@@ -273,7 +273,7 @@ func TestDefaultConsumersAreEveryConsumer(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	if err := DefaultConfig().Validate(); err != nil {
+	if err := DefaultConfig().withDefaults().Validate(); err != nil {
 		t.Fatalf("every consumer must have an effect check: %v", err)
 	}
 	if cfg := (Config{}).withDefaults(); len(cfg.Consumers) != len(want) {

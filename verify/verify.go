@@ -64,13 +64,14 @@ type Config struct {
 	Timeout time.Duration `name:"timeout" help:"Longest the audit may take after --wait." default:"5m"`
 }
 
-// DefaultConfig returns the configuration the flags default to.
+// DefaultConfig returns the configuration the flags default to. Its
+// Consumers is empty: every consumer with its default group
+// (DefaultConsumers), filled in when the audit runs.
 func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:     contract.DatabaseURL,
 		KafkaBrokers:    contract.KafkaBrokers,
 		Topic:           contract.Topic,
-		Consumers:       DefaultConsumers(),
 		Slot:            contract.Slot,
 		DeadLetterTable: cdc.DefaultConfig().DeadLetterTable,
 		Grace:           time.Minute,

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/alecthomas/kong"
@@ -11,7 +12,6 @@ import (
 	"github.com/eventforge/eventforge/cdc"
 	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer"
-	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -29,37 +29,42 @@ func parse(t *testing.T, args ...string) cli {
 	return c
 }
 
-// The flags that default to a name of the event contract (interpolated into
-// the struct tags) default to what each component's DefaultConfig says.
-// The console's --database-url defaults to the api's, so it is empty.
-func TestContractFlagDefaults(t *testing.T) {
-	for _, env := range []string{"DATABASE_URL", "KAFKA_BROKERS", "TOPIC", "TOPICS", "SLOT", "PUBLICATION", "CONSOLE_TOPIC", "CONSOLE_SLOT"} {
-		t.Setenv("EVENTFORGE_"+env, "") // restored after the test
-		os.Unsetenv("EVENTFORGE_" + env)
-	}
-	contractFields := []string{"DatabaseURL", "KafkaBrokers", "Topic", "Topics", "Slot", "Publication"}
-	tests := []struct {
-		args []string
-		got  func(cli) any
-		want any
+// Every flag of a component defaults to what the component's DefaultConfig
+// says, so that DefaultConfig is the one statement of the defaults: a
+// program that starts from it runs what the binary runs without flags.
+func TestFlagDefaultsAreDefaultConfig(t *testing.T) {
+	clearEnv(t)
+	c := parse(t, "api")
+	for _, tt := range []struct {
+		component string
+		got, want any
 	}{
-		{[]string{"cdc"}, func(c cli) any { return c.CDC.Config }, cdc.DefaultConfig()},
-		{[]string{"consumer"}, func(c cli) any { return c.Consumer.Config }, consumer.DefaultConfig()},
-		{[]string{"verify"}, func(c cli) any { return c.Verify.Config }, verify.DefaultConfig()},
-		{[]string{"api"}, func(c cli) any { return c.API.Config }, api.DefaultConfig()},
-		{[]string{"api"}, func(c cli) any { return c.API.Console }, console.Config{KafkaBrokers: contract.KafkaBrokers, Topic: contract.Topic, Slot: contract.Slot}},
+		{"api", c.API.Config, api.DefaultConfig()},
+		{"console", c.API.Console, console.DefaultConfig()},
+		{"cdc", parse(t, "cdc").CDC.Config, cdc.DefaultConfig()},
+		{"consumer", parse(t, "consumer").Consumer.Config, consumer.DefaultConfig()},
+		{"verify", parse(t, "verify").Verify.Config, verify.DefaultConfig()},
+	} {
+		t.Run(tt.component, func(t *testing.T) {
+			got, want := reflect.ValueOf(tt.got), reflect.ValueOf(tt.want)
+			for i := range got.NumField() {
+				name := got.Type().Field(i).Name
+				if g, w := got.Field(i).Interface(), want.Field(i).Interface(); !reflect.DeepEqual(g, w) {
+					t.Errorf("%s: the flag defaults to %#v, DefaultConfig() to %#v", name, g, w)
+				}
+			}
+		})
 	}
-	for _, tt := range tests {
-		got := reflect.ValueOf(tt.got(parse(t, tt.args...)))
-		want := reflect.ValueOf(tt.want)
-		for _, name := range contractFields {
-			g, w := got.FieldByName(name), want.FieldByName(name)
-			if !g.IsValid() {
-				continue
-			}
-			if !reflect.DeepEqual(g.Interface(), w.Interface()) {
-				t.Errorf("eventforge %v: --%s defaults to %v, DefaultConfig() to %v", tt.args, name, g, w)
-			}
+}
+
+// clearEnv unsets every EVENTFORGE_* variable for the test, so that the
+// flags fall back to their defaults.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "EVENTFORGE_") {
+			t.Setenv(k, "") // restored after the test
+			os.Unsetenv(k)
 		}
 	}
 }

@@ -85,65 +85,90 @@ type DB interface {
 	Probe(ctx context.Context) error
 }
 
-// Options configure a Runtime. Zero durations and sizes take the defaults
-// noted.
+// Options configure a Runtime. A zero duration, size or suffix takes its
+// value from DefaultOptions, except BatchSize and NotFoundGrace, whose zero
+// values mean something of their own (noted).
 type Options struct {
 	Name             string        // consumer name, the first half of the mark
 	Group            string        // Kafka consumer group id
 	Topics           []string      // topics to subscribe to
 	Bootstrap        string        // Kafka bootstrap servers
-	Workers          int           // partitions applied concurrently (default 4)
-	BatchSize        int           // records of one partition per transaction (default 1)
-	QueueSize        int           // records buffered per partition before its fetching pauses (default 5000)
-	MaxAttempts      int           // attempts before a retryable failure is dead-lettered (default 5)
-	InitialBackoff   time.Duration // first retry wait (default 100ms)
+	Workers          int           // partitions applied concurrently
+	BatchSize        int           // records of one partition per transaction (0: 1, no batching)
+	QueueSize        int           // records buffered per partition before its fetching pauses
+	MaxAttempts      int           // attempts before a retryable failure is dead-lettered
+	InitialBackoff   time.Duration // first retry wait
 	NotFoundGrace    time.Duration // least time a missing subject is retried before dead-lettering (0: attempts only)
-	MaxBackoff       time.Duration // cap of the retry wait (default 5s)
-	AttemptTimeout   time.Duration // bound of one transaction (default 30s)
-	ProbeTimeout     time.Duration // bound of the probe after an attempt failed without an answer (default 5s)
-	CommitPeriod     time.Duration // how often stored offsets are committed (default 1s)
-	SessionTimeout   time.Duration // group session timeout (default 45s)
-	DLQSuffix        string        // DLQ topic = source topic + suffix (default ".dlq")
-	DLQStatsInterval time.Duration // how often the DLQ gauges are refreshed (default 15s)
+	MaxBackoff       time.Duration // cap of the retry wait
+	AttemptTimeout   time.Duration // bound of one transaction
+	ProbeTimeout     time.Duration // bound of the probe after an attempt failed without an answer
+	CommitPeriod     time.Duration // how often stored offsets are committed
+	SessionTimeout   time.Duration // group session timeout
+	DLQSuffix        string        // DLQ topic = source topic + suffix
+	DLQStatsInterval time.Duration // how often the DLQ gauges are refreshed
 }
 
+// DefaultOptions are the options a consumer runs with unless configured
+// otherwise; package consumer's DefaultConfig, and so the flags of
+// `eventforge consumer`, start from them.
+func DefaultOptions() Options {
+	return Options{
+		Workers:          4,
+		BatchSize:        100,
+		QueueSize:        5000,
+		MaxAttempts:      5,
+		InitialBackoff:   100 * time.Millisecond,
+		NotFoundGrace:    10 * time.Second,
+		MaxBackoff:       5 * time.Second,
+		AttemptTimeout:   30 * time.Second,
+		ProbeTimeout:     5 * time.Second,
+		CommitPeriod:     time.Second,
+		SessionTimeout:   45 * time.Second,
+		DLQSuffix:        dlq.DefaultSuffix,
+		DLQStatsInterval: 15 * time.Second,
+	}
+}
+
+// withDefaults fills the zero fields from DefaultOptions; a zero BatchSize is
+// 1 and a zero NotFoundGrace stays zero.
 func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = d.Workers
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = 1
 	}
 	if o.QueueSize <= 0 {
-		o.QueueSize = 5000
+		o.QueueSize = d.QueueSize
 	}
 	o.QueueSize = max(o.QueueSize, 2*o.BatchSize)
 	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = 5
+		o.MaxAttempts = d.MaxAttempts
 	}
 	if o.InitialBackoff <= 0 {
-		o.InitialBackoff = 100 * time.Millisecond
+		o.InitialBackoff = d.InitialBackoff
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 5 * time.Second
+		o.MaxBackoff = d.MaxBackoff
 	}
 	if o.AttemptTimeout <= 0 {
-		o.AttemptTimeout = 30 * time.Second
+		o.AttemptTimeout = d.AttemptTimeout
 	}
 	if o.ProbeTimeout <= 0 {
-		o.ProbeTimeout = 5 * time.Second
+		o.ProbeTimeout = d.ProbeTimeout
 	}
 	if o.CommitPeriod <= 0 {
-		o.CommitPeriod = time.Second
+		o.CommitPeriod = d.CommitPeriod
 	}
 	if o.SessionTimeout <= 0 {
-		o.SessionTimeout = 45 * time.Second
+		o.SessionTimeout = d.SessionTimeout
 	}
 	if o.DLQSuffix == "" {
-		o.DLQSuffix = dlq.DefaultSuffix
+		o.DLQSuffix = d.DLQSuffix
 	}
 	if o.DLQStatsInterval <= 0 {
-		o.DLQStatsInterval = 15 * time.Second
+		o.DLQStatsInterval = d.DLQStatsInterval
 	}
 	return o
 }

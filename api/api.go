@@ -22,13 +22,14 @@ import (
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/internal/tlsconf"
 )
 
 // Config configures the order service.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string.
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	// GRPCAddr is the gRPC listen address.
 	GRPCAddr string `name:"grpc-addr" help:"gRPC listen address." default:"127.0.0.1:9090"`
 	// HTTPAddr is the REST gateway and health listen address.
@@ -59,7 +60,7 @@ type Config struct {
 	// or altered token is refused. Every api replica behind one load
 	// balancer needs the same key; when empty, each process draws a random
 	// key and tokens do not survive a restart or a move to another replica.
-	PageTokenKey string `name:"page-token-key" help:"Secret (at least 32 bytes) that signs ListOrders page tokens; the same on every replica. Empty: a random key per process."`
+	PageTokenKey string `name:"page-token-key" log:"secret" help:"Secret (at least 32 bytes) that signs ListOrders page tokens; the same on every replica. Empty: a random key per process."`
 	// TLSCertFile and TLSKeyFile, when set, serve gRPC and HTTP over TLS.
 	TLSCertFile string `name:"tls-cert-file" help:"PEM certificate (chain) to serve gRPC and HTTP over TLS; with --tls-key-file. Empty: plaintext."`
 	TLSKeyFile  string `name:"tls-key-file" help:"PEM private key of --tls-cert-file."`
@@ -93,6 +94,10 @@ func DefaultConfig() Config {
 		IdleTimeout:       2 * time.Minute,
 	}
 }
+
+// LogValue is the configuration as the startup line shows it: every flag,
+// secrets masked (logging.ConfigValue).
+func (c Config) LogValue() slog.Value { return logging.ConfigValue(c) }
 
 // Validate reports every invalid field at once.
 func (c Config) Validate() error {

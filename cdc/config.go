@@ -10,11 +10,13 @@ package cdc
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/logging"
 )
 
 // Config configures the reader. The zero value is not valid; start from
@@ -22,7 +24,7 @@ import (
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string. The role needs the
 	// REPLICATION attribute (and CREATE on the database to create the slot).
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL (role with REPLICATION)." default:"${database_url}"`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL (role with REPLICATION)." default:"${database_url}"`
 	// KafkaBrokers is the Kafka bootstrap server list.
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	// Slot is the logical replication slot to read.
@@ -133,6 +135,10 @@ func DefaultConfig() Config {
 		PruneBatch:         1000,
 	}
 }
+
+// LogValue is the configuration as the startup line shows it: every flag,
+// secrets masked (logging.ConfigValue).
+func (c Config) LogValue() slog.Value { return logging.ConfigValue(c) }
 
 // Validate reports every invalid field at once.
 func (c Config) Validate() error {

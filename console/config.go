@@ -9,6 +9,7 @@ package console
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/eventforge/eventforge/consumer/fulfillment"
 	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/logging"
 )
 
 // Config configures the console. The zero value is not valid; start from
@@ -31,7 +33,7 @@ type Config struct {
 	EnableDrills bool `name:"enable-drills" help:"Enable the console's failure drills (they crash and restart components; on in dev)."`
 	// OpsToken, when set, is the bearer token every /api/ops/ request must
 	// carry; requests without it get 401.
-	OpsToken string `name:"ops-token" help:"Require this bearer token on the console's ops API (/api/ops/); required with --console on a non-loopback --http-addr (prefer the environment variable to the flag)."`
+	OpsToken string `name:"ops-token" log:"secret" help:"Require this bearer token on the console's ops API (/api/ops/); required with --console on a non-loopback --http-addr (prefer the environment variable to the flag)."`
 	// KafkaBrokers is the Kafka bootstrap server list.
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers (console: topic, offsets, DLQ)." default:"${kafka_brokers}"`
 	// Topic is the topic the CDC reader publishes order events to.
@@ -71,6 +73,10 @@ func DefaultConfig() Config {
 		History:        900,
 	}
 }
+
+// LogValue is the configuration as the startup line shows it: every flag of the
+// console, secrets masked (logging.ConfigValue).
+func (c Config) LogValue() slog.Value { return logging.ConfigValue(c) }
 
 // Validate reports every invalid field at once. DatabaseURL is not checked
 // here: it is the api's and is set after the flags are parsed (New checks

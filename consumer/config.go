@@ -19,13 +19,14 @@ import (
 	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/internal/metrics"
 )
 
 // Config configures one consumer.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string.
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	// KafkaBrokers is the Kafka bootstrap server list.
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	// Name selects the handler and names the marks; one of registry.Names().
@@ -101,6 +102,22 @@ func DefaultConfig() Config {
 		DLQSuffix:        o.DLQSuffix,
 		DLQStatsInterval: o.DLQStatsInterval,
 	}
+}
+
+// LogValue is the configuration as the startup line shows it: every flag,
+// secrets masked (logging.ConfigValue), with the consumer's name under the
+// key every consumer log line uses and the effective group.
+func (c Config) LogValue() slog.Value {
+	attrs := logging.ConfigValue(c).Group()
+	for i, a := range attrs {
+		switch a.Key {
+		case "name":
+			attrs[i] = slog.String("consumer", c.Name)
+		case "group":
+			attrs[i] = slog.String("group", c.GroupID())
+		}
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // Validate reports every invalid field at once.

@@ -24,16 +24,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/eventforge/eventforge/cdc"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/logging"
 )
 
 // Config says what to audit.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string.
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	// KafkaBrokers is the Kafka bootstrap server list.
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	// Topic is the topic the CDC reader publishes order events to.
@@ -78,6 +80,10 @@ func DefaultConfig() Config {
 		Timeout:         5 * time.Minute,
 	}
 }
+
+// LogValue is the configuration as the startup line shows it: every flag,
+// secrets masked (logging.ConfigValue).
+func (c Config) LogValue() slog.Value { return logging.ConfigValue(c) }
 
 // Validate reports every invalid field at once.
 func (c Config) Validate() error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 
@@ -9,7 +10,6 @@ import (
 	"github.com/eventforge/eventforge/cdc"
 	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer"
-	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/schema"
 )
 
@@ -22,8 +22,8 @@ func (c *apiCmd) Run(env *runEnv) error {
 	if err := c.Console.CheckExposure(c.HTTPAddr); err != nil {
 		return err
 	}
-	env.logger.Info("starting api", "database_url", logging.MaskURL(c.DatabaseURL), "grpc_addr", c.GRPCAddr,
-		"http_addr", c.HTTPAddr, "max_conns", c.MaxConns, "shutdown_timeout", c.ShutdownTimeout, "console", c.Console.Enabled)
+	// An empty key inlines the group: each flag is a key of the line.
+	env.logger.Info("starting api", slog.Any("", c.Config), slog.Any("", c.Console), "kafka_security", env.kafka)
 	if !c.Console.Enabled {
 		if c.Console.OpsToken != "" || c.Console.EnableDrills {
 			env.logger.Warn("the console is off: --ops-token and --enable-drills take effect with --console")
@@ -39,12 +39,7 @@ type cdcCmd struct {
 }
 
 func (c *cdcCmd) Run(env *runEnv) error {
-	env.logger.Info("starting cdc", "database_url", logging.MaskURL(c.DatabaseURL), "kafka_brokers", c.KafkaBrokers,
-		"slot", c.Slot, "publication", c.Publication, "outbox_table", c.OutboxTable, "topics", c.Topics,
-		"topic_fallback", c.TopicFallback, "status_interval", c.StatusInterval, "no_create_slot", c.NoCreateSlot,
-		"heartbeat_interval", c.HeartbeatInterval, "max_inflight_events", c.MaxInflightEvents,
-		"max_inflight_bytes", c.MaxInflightBytes, "standby_retry", c.StandbyRetry,
-		"outbox_retention", c.OutboxRetention, "metrics_addr", c.MetricsAddr)
+	env.logger.Info("starting cdc", slog.Any("", c.Config), "metrics_addr", c.MetricsAddr, "kafka_security", env.kafka)
 	return runCDC(env, c.Config, c.MetricsAddr)
 }
 
@@ -53,16 +48,12 @@ type consumerCmd struct {
 }
 
 func (c *consumerCmd) Run(env *runEnv) error {
-	env.logger.Info("starting consumer", "database_url", logging.MaskURL(c.DatabaseURL), "kafka_brokers", c.KafkaBrokers,
-		"consumer", c.Name, "group", c.GroupID(), "topics", c.Topics, "workers", c.Workers, "batch_size", c.BatchSize,
-		"queue_size", c.QueueSize, "max_attempts", c.MaxAttempts, "initial_backoff", c.InitialBackoff, "max_backoff", c.MaxBackoff,
-		"attempt_timeout", c.AttemptTimeout, "session_timeout", c.SessionTimeout, "commit_interval", c.CommitInterval, "max_conns", c.MaxConns,
-		"dlq_suffix", c.DLQSuffix, "metrics_addr", c.MetricsAddr)
+	env.logger.Info("starting consumer", slog.Any("", c.Config), "kafka_security", env.kafka)
 	return consumer.Run(env.ctx, c.Config, env.logger)
 }
 
 type migrateCmd struct {
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL (role with REPLICATION to create the slot)." default:"${database_url}"`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL (role with REPLICATION to create the slot)." default:"${database_url}"`
 	Slot        string `name:"slot" help:"Logical replication slot to create if missing." default:"${slot}"`
 	NoSlot      bool   `name:"no-slot" help:"Do not create the replication slot."`
 }

@@ -27,12 +27,12 @@ type devCmd struct {
 	stackFlags
 	GRPCAddr     string `name:"grpc-addr" help:"gRPC listen address." default:"127.0.0.1:9090"`
 	HTTPAddr     string `name:"http-addr" help:"HTTP listen address (REST, health, console)." default:"127.0.0.1:8080"`
-	DatabaseURL  string `name:"database-url" help:"Use this PostgreSQL instead of starting the local stack (with --kafka-brokers)."`
+	DatabaseURL  string `name:"database-url" log:"url" help:"Use this PostgreSQL instead of starting the local stack (with --kafka-brokers)."`
 	KafkaBrokers string `name:"kafka-brokers" help:"Use this Kafka instead of starting the local stack (with --database-url)."`
 	Slot         string `name:"slot" help:"Replication slot of the CDC reader." default:"${slot}"`
 	Topic        string `name:"topic" help:"Topic of the order events." default:"${topic}"`
 	GroupPrefix  string `name:"group-prefix" help:"Consumer groups are <prefix><consumer name>." default:"eventforge-"`
-	OpsToken     string `name:"ops-token" help:"Require this bearer token on the console's ops API (required when --http-addr is not a loopback address)."`
+	OpsToken     string `name:"ops-token" log:"secret" help:"Require this bearer token on the console's ops API (required when --http-addr is not a loopback address)."`
 }
 
 // Run starts the local stack (unless --database-url and --kafka-brokers

@@ -295,7 +295,7 @@ func (c *dlqReplayCmd) Run(env *runEnv) error {
 
 type dlqPurgeCmd struct {
 	dlqTopicFlags
-	DatabaseURL string        `name:"database-url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"${database_url}"`
+	DatabaseURL string        `name:"database-url" log:"url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"${database_url}"`
 	OlderThan   time.Duration `name:"older-than" help:"Delete only records older than this (per partition, up to its first newer record)."`
 	Yes         bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
 }

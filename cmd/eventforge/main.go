@@ -88,6 +88,8 @@ func parserOptions() []kong.Option {
 type runEnv struct {
 	ctx    context.Context
 	logger *slog.Logger
+	// kafka is the --kafka-* security settings, for the startup lines.
+	kafka kafkaconf.Security
 }
 
 func main() {
@@ -148,7 +150,7 @@ func run() error {
 			logger.Error("profiles endpoint stopped", "err", err)
 		}
 	}()
-	err = kctx.Run(&runEnv{ctx: ctx, logger: logger})
+	err = kctx.Run(&runEnv{ctx: ctx, logger: logger, kafka: c.Kafka})
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"reflect"
 	"strings"
@@ -65,6 +67,59 @@ func clearEnv(t *testing.T) {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "EVENTFORGE_") {
 			t.Setenv(k, "") // restored after the test
 			os.Unsetenv(k)
+		}
+	}
+}
+
+// A flag that carries a secret is masked in the startup lines: its field has
+// a log tag (logging.ConfigValue), and a secret given on the command line
+// does not reach the line.
+func TestStartupLinesMaskSecrets(t *testing.T) {
+	clearEnv(t)
+	var untagged []string
+	walkFlags(reflect.TypeOf(cli{}), func(f reflect.StructField) {
+		name, tag := f.Tag.Get("name"), f.Tag.Get("log")
+		secret := strings.Contains(name, "password") || strings.Contains(name, "token") || strings.Contains(name, "secret")
+		if (secret && tag != "secret") || (strings.HasSuffix(name, "url") && tag != "url") {
+			untagged = append(untagged, "--"+name)
+		}
+	})
+	if len(untagged) > 0 {
+		t.Errorf("flags whose secrets would be logged: %v", untagged)
+	}
+
+	const secret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	dsn := "postgres://eventforge:" + secret + "@127.0.0.1:5432/eventforge"
+	sasl := []string{"--kafka-security-protocol", "sasl_plaintext", "--kafka-sasl-username", "u", "--kafka-sasl-password", secret}
+	api := parse(t, append([]string{"api", "--database-url", dsn, "--page-token-key", secret, "--console", "--ops-token", secret}, sasl...)...)
+	lines := map[string][]any{
+		"api":      {slog.Any("", api.API.Config), slog.Any("", api.API.Console), "kafka_security", api.Kafka},
+		"cdc":      {slog.Any("", parse(t, "cdc", "--database-url", dsn).CDC.Config)},
+		"consumer": {slog.Any("", parse(t, "consumer", "--database-url", dsn).Consumer.Config)},
+		"verify":   {slog.Any("", parse(t, "verify", "--database-url", dsn).Verify.Config)},
+	}
+	for component, args := range lines {
+		var buf bytes.Buffer
+		slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting "+component, args...)
+		if strings.Contains(buf.String(), secret) {
+			t.Errorf("%s: a secret reached the startup line: %s", component, buf.String())
+		}
+		if !strings.Contains(buf.String(), `"database_url":"postgres://eventforge:xxxxx@127.0.0.1:5432/eventforge"`) {
+			t.Errorf("%s: the startup line has no masked database_url: %s", component, buf.String())
+		}
+	}
+}
+
+// walkFlags calls fn for every field of t and its nested structs that names
+// a flag.
+func walkFlags(t reflect.Type, fn func(reflect.StructField)) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Tag.Get("name") != "" && f.Type.Kind() != reflect.Struct {
+			fn(f)
+		}
+		if f.Type.Kind() == reflect.Struct {
+			walkFlags(f.Type, fn)
 		}
 	}
 }

@@ -26,7 +26,7 @@ type outboxDeadLettersCmd struct {
 }
 
 type deadLettersListCmd struct {
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	Table       string `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
 	All         bool   `name:"all" help:"Include dead letters already replayed."`
 	JSON        bool   `name:"json" help:"Print JSON."`
@@ -61,7 +61,7 @@ func (c *deadLettersListCmd) Run(env *runEnv) error {
 }
 
 type deadLettersReplayCmd struct {
-	DatabaseURL  string        `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	DatabaseURL  string        `name:"database-url" log:"url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	KafkaBrokers string        `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	Table        string        `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
 	EventID      []string      `name:"event-id" help:"Event ID to replay (repeatable); default: every dead letter not replayed yet."`
@@ -90,7 +90,7 @@ func (c *deadLettersReplayCmd) Run(env *runEnv) error {
 }
 
 type outboxReplayCmd struct {
-	DatabaseURL   string            `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	DatabaseURL   string            `name:"database-url" log:"url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	KafkaBrokers  string            `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	OutboxTable   string            `name:"outbox-table" help:"Schema-qualified outbox table." default:"public.outbox"`
 	Topics        map[string]string `name:"topic" help:"aggregatetype=topic routes (repeatable), as for cdc." default:"${aggregate_order}=${topic}"`

@@ -12,7 +12,7 @@ import (
 // images without a shell or curl (deploy/compose): exit status 0 when the
 // URL answers 2xx within the timeout, 1 otherwise.
 type probeCmd struct {
-	URL     string        `arg:"" name:"url" help:"URL to GET, e.g. http://127.0.0.1:8080/readyz."`
+	URL     string        `arg:"" name:"url" log:"url" help:"URL to GET, e.g. http://127.0.0.1:8080/readyz."`
 	Timeout time.Duration `name:"timeout" help:"How long to wait for the answer." default:"3s"`
 }
 

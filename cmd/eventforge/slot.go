@@ -18,7 +18,7 @@ type slotCmd struct {
 }
 
 type slotFlags struct {
-	DatabaseURL string `name:"database-url" help:"PostgreSQL connection URL." default:"${database_url}"`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL." default:"${database_url}"`
 	Slot        string `name:"slot" help:"Logical replication slot." default:"${slot}"`
 }
 

@@ -3,9 +3,11 @@ package kafkaconf
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/eventforge/eventforge/internal/logging"
 )
 
 // Security is the TLS and SASL configuration of the Kafka clients that Base
@@ -26,8 +28,12 @@ type Security struct {
 	SASLMechanism string `name:"kafka-sasl-mechanism" help:"Kafka SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512." enum:"PLAIN,SCRAM-SHA-256,SCRAM-SHA-512" default:"SCRAM-SHA-512"`
 	// SASLUsername and SASLPassword are the SASL credentials.
 	SASLUsername string `name:"kafka-sasl-username" help:"Kafka SASL username."`
-	SASLPassword string `name:"kafka-sasl-password" help:"Kafka SASL password (prefer the environment variable to the flag)."`
+	SASLPassword string `name:"kafka-sasl-password" log:"secret" help:"Kafka SASL password (prefer the environment variable to the flag)."`
 }
+
+// LogValue is the settings as a startup line shows them, the SASL password
+// masked (logging.ConfigValue).
+func (s Security) LogValue() slog.Value { return logging.ConfigValue(s) }
 
 // Validate reports every inconsistent setting at once.
 func (s Security) Validate() error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -115,16 +114,6 @@ func (e *env) cleanup(logger *slog.Logger) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{e.database}.Sanitize())); err != nil {
 		logger.Warn("bench cleanup", "err", err)
 	}
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // warmKafka produces n records of about the size of an order event to a

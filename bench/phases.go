@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/internal/freeport"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 	"github.com/eventforge/eventforge/schema"
 )
@@ -109,10 +110,10 @@ func (r *runner) pgLimitPhase(ctx context.Context) error {
 // reader and consumer stopped; the orders it creates start the backlog.
 func (r *runner) apiPhase(ctx context.Context) error {
 	var err error
-	if r.grpcAddr, err = freeAddr(); err != nil {
+	if r.grpcAddr, err = freeport.Addr(); err != nil {
 		return err
 	}
-	if r.httpAddr, err = freeAddr(); err != nil {
+	if r.httpAddr, err = freeport.Addr(); err != nil {
 		return err
 	}
 	r.api, err = startChild(r.logDir, "api", r.cfg.Profile, "api", "--database-url", r.env.dsn,

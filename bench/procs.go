@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/eventforge/eventforge/internal/freeport"
 )
 
 // child is one eventforge component run by the benchmark as a separate
@@ -38,7 +40,7 @@ func startChild(dir, name string, profile bool, args ...string) (*child, error) 
 	}
 	var pprofAddr string
 	if profile {
-		if pprofAddr, err = freeAddr(); err != nil {
+		if pprofAddr, err = freeport.Addr(); err != nil {
 			return nil, err
 		}
 		args = append([]string{"--pprof-addr", pprofAddr}, args...)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -87,7 +88,7 @@ func eventProcessed(t testing.TB, pl *pipeline, eventID string) bool {
 func windowRelayDeadLetter(t *testing.T) {
 	pl := newPipeline(t)
 	pl.startAPI(t)
-	metrics := freeAddr(t)
+	metrics := testkit.FreeAddr(t)
 	pl.startCDC(t, "cdc", nil, "--metrics-addr", metrics)
 	pl.startConsumer(t, "consumer", nil)
 

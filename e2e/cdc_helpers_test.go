@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/schema"
 )
 
@@ -30,7 +30,7 @@ import (
 // endpoint; it returns the process and the metrics address.
 func cdcReader(t testing.TB, env *testenv.Env, name string, procEnv []string, extra ...string) (*proc, string) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	args := append([]string{"cdc",
 		"--database-url", env.DatabaseURL, "--kafka-brokers", env.Endpoints.KafkaBootstrap,
 		"--slot", env.Slot, "--topic", "order=" + env.Topic, "--status-interval", "500ms",
@@ -327,18 +327,5 @@ func currentLSN(t testing.TB, env *testenv.Env) pglogrepl.LSN {
 // combined output; the test fails unless it exits with wantExit.
 func runCommand(t testing.TB, wantExit int, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running eventforge %s: %v", strings.Join(args, " "), err)
-	}
-	if code != wantExit {
-		t.Fatalf("eventforge %s: exit %d, want %d; output:\n%s", strings.Join(args, " "), code, wantExit, out)
-	}
-	return string(out)
+	return testkit.RunExit(t, wantExit, binary, args...).Combined
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -32,11 +33,11 @@ const chromiumPath = "/usr/bin/chromium"
 // dev process, cdc and the consumers as its supervised children.
 func startDev(t *testing.T, env *testenv.Env, extra ...string) (httpAddr string, dev *proc) {
 	t.Helper()
-	httpAddr = freeAddr(t)
+	httpAddr = testkit.FreeAddr(t)
 	prefix := strings.TrimSuffix(env.Group, "fulfillment")
 	args := append([]string{"dev", "--database-url", env.DatabaseURL, "--kafka-brokers", env.Endpoints.KafkaBootstrap,
 		"--slot", env.Slot, "--topic", env.Topic, "--group-prefix", prefix,
-		"--http-addr", httpAddr, "--grpc-addr", freeAddr(t)}, extra...)
+		"--http-addr", httpAddr, "--grpc-addr", testkit.FreeAddr(t)}, extra...)
 	p := start(t, "dev", nil, args...)
 	testenv.Eventually(t, 60*time.Second, "dev ready", func() error {
 		select {
@@ -206,7 +207,7 @@ func TestConsoleAccess(t *testing.T) {
 		{nil, []string{"--console", "--http-addr", ":0"}},
 		{[]string{"EVENTFORGE_CONSOLE=true"}, []string{"--http-addr", "0.0.0.0:0"}},
 	} {
-		args := append(append(append([]string{}, base...), open.args...), "--grpc-addr", freeAddr(t))
+		args := append(append(append([]string{}, base...), open.args...), "--grpc-addr", testkit.FreeAddr(t))
 		p := start(t, fmt.Sprintf("api-open-%d", i), open.env, args...)
 		err := p.waitExit(60 * time.Second)
 		var ee *exec.ExitError
@@ -218,8 +219,8 @@ func TestConsoleAccess(t *testing.T) {
 		}
 	}
 	startAPI := func(name string, extra ...string) string {
-		httpAddr := freeAddr(t)
-		args := append(append(append([]string{}, base...), "--http-addr", httpAddr, "--grpc-addr", freeAddr(t)), extra...)
+		httpAddr := testkit.FreeAddr(t)
+		args := append(append(append([]string{}, base...), "--http-addr", httpAddr, "--grpc-addr", testkit.FreeAddr(t)), extra...)
 		p := start(t, name, nil, args...)
 		testenv.Eventually(t, 30*time.Second, name+" ready", func() error {
 			select {
@@ -326,7 +327,7 @@ func TestConsoleDevLifecycle(t *testing.T) {
 	})
 
 	second := start(t, "dev-second", nil, "dev", "--database-url", env.DatabaseURL, "--kafka-brokers", env.Endpoints.KafkaBootstrap,
-		"--slot", env.Slot, "--topic", env.Topic, "--http-addr", freeAddr(t), "--grpc-addr", freeAddr(t))
+		"--slot", env.Slot, "--topic", env.Topic, "--http-addr", testkit.FreeAddr(t), "--grpc-addr", testkit.FreeAddr(t))
 	if err := second.waitExit(30 * time.Second); err == nil {
 		t.Fatal("a second dev on the same database and slot started")
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -33,7 +33,7 @@ import (
 // in group, serving metrics on a free address it returns.
 func consumerProc(t testing.TB, pl *pipeline, proc, name, group string, env []string, extra ...string) (*proc, string) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	args := append([]string{"consumer",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--name", name, "--group", group, "--topics", pl.env.Topic,
@@ -278,23 +278,8 @@ func readDLQEntries(t testing.TB, pl *pipeline, topic string) []dlq.Entry {
 // stderr; the test fails unless it exits with wantExit.
 func eventforge(t testing.TB, wantExit int, args ...string) (stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running eventforge %s: %v", strings.Join(args, " "), err)
-	}
-	if code != wantExit {
-		t.Fatalf("eventforge %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, wantExit, out.String(), errb.String())
-	}
-	return out.String(), errb.String()
+	res := testkit.RunExit(t, wantExit, binary, args...)
+	return res.Stdout, res.Stderr
 }
 
 // errorLines returns the ERROR-level lines of a process log.

@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // scrapeMetrics reads one /metrics endpoint.
@@ -168,7 +169,7 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 	doc := readMetricsDoc(t)
 	pl := newPipeline(t)
 	pl.startAPI(t)
-	cdcAddr, consumerAddr := freeAddr(t), freeAddr(t)
+	cdcAddr, consumerAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	pl.startCDC(t, "cdc", nil, "--metrics-addr", cdcAddr, "--heartbeat-interval", "1s")
 	pl.startConsumer(t, "consumer", nil, "--metrics-addr", consumerAddr, "--dlq-stats-interval", "1s")
 	endpoints := map[string]string{

@@ -3,21 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,53 +15,16 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
-
-// selfSignedCert writes a certificate for 127.0.0.1 and its key as PEM and
-// returns a pool that trusts it.
-func selfSignedCert(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "eventforge-api"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certPath, keyPath = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certPath, keyPath, pool
-}
 
 // TestAPIServesTLS runs the api with --tls-cert-file/--tls-key-file: REST
 // (through the gateway, which calls the gRPC server over TLS) and gRPC both
 // create orders over TLS, and a plaintext request is refused.
 func TestAPIServesTLS(t *testing.T) {
-	certPath, keyPath, pool := selfSignedCert(t)
+	c := testkit.SelfSignedCert(t, t.TempDir(), "eventforge-api")
+	certPath, keyPath, pool := c.CertFile, c.KeyFile, c.Pool
 	pl := newPipeline(t)
 	p := start(t, "api", nil, "api", "--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr,
 		"--http-addr", pl.httpAddr, "--tls-cert-file", certPath, "--tls-key-file", keyPath)

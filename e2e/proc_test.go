@@ -4,17 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // proc is one eventforge process under test.
@@ -154,33 +153,6 @@ func (p *proc) tail(n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// handedOut holds the addresses freeAddr returned: the kernel may offer a
-// port it just released again, and two processes of one test (an api's
-// gRPC and HTTP listeners) were once given the same one.
-var handedOut = struct {
-	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago and that it never returned before in this test binary.
-func freeAddr(t testing.TB) string {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
-	}
-}
-
 // pipeline is one test's set of processes on its own testenv.Env.
 type pipeline struct {
 	env      *testenv.Env
@@ -195,7 +167,7 @@ func newPipeline(t testing.TB) *pipeline {
 // newPipelineOn is newPipeline on an environment made elsewhere (e.g. with
 // its topic on a private Kafka cluster).
 func newPipelineOn(t testing.TB, env *testenv.Env) *pipeline {
-	return &pipeline{env: env, grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
+	return &pipeline{env: env, grpcAddr: testkit.FreeAddr(t), httpAddr: testkit.FreeAddr(t)}
 }
 
 func (pl *pipeline) startAPI(t testing.TB) *proc {

@@ -1,17 +1,16 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -43,20 +42,11 @@ func runVerifyArgs(t *testing.T, pl *pipeline, flags ...string) (verify.Report, 
 	args := append([]string{"verify", "--json",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--topic", pl.env.Topic, "--slot", pl.env.Slot}, flags...)
-	cmd := exec.Command(binary, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running verify: %v", err)
-	}
+	res := testkit.Run(t, binary, args...)
+	code := res.Code
 	var rep verify.Report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("verify printed no JSON report (exit %d): %v\nstdout: %s\nstderr: %s", code, err, stdout.String(), stderr.String())
+	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
+		t.Fatalf("verify printed no JSON report (exit %d): %v\nstdout: %s\nstderr: %s", code, err, res.Stdout, res.Stderr)
 	}
 	return rep, code
 }

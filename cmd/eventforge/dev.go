@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/internal/failpoint"
+	"github.com/eventforge/eventforge/internal/freeport"
 	"github.com/eventforge/eventforge/internal/localstack"
 )
 
@@ -113,7 +113,7 @@ func (c *devCmd) addChildren(sup *supervisor, consCfg *console.Config, dsn, brok
 	// Failpoints given to dev arm each child's first process.
 	initial := os.Getenv(failpoint.EnvVar)
 	addChild := func(name string, args ...string) error {
-		addr, err := freeLoopbackAddr()
+		addr, err := freeport.Addr()
 		if err != nil {
 			return err
 		}
@@ -184,15 +184,6 @@ func metricsList(sources map[string]string) string {
 
 func sortedNames(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
-}
-
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // lockDev makes sure one dev process runs per state dir: a second one would

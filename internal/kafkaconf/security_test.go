@@ -1,20 +1,12 @@
 package kafkaconf
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 func TestSecurityValidate(t *testing.T) {
@@ -48,41 +40,12 @@ func TestSecurityValidate(t *testing.T) {
 	}
 }
 
-// writeSelfSigned writes a self-signed certificate and its key as PEM.
-func writeSelfSigned(t *testing.T, dir string) (certPath, keyPath string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "eventforge-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certPath, keyPath
-}
-
 // TestSecuritySettingsAcceptedByLibrdkafka configures real clients: a
 // property librdkafka does not know, or a certificate it cannot load, fails
 // client creation (no broker is contacted).
 func TestSecuritySettingsAcceptedByLibrdkafka(t *testing.T) {
-	cert, key := writeSelfSigned(t, t.TempDir())
+	c := testkit.SelfSignedCert(t, t.TempDir(), "eventforge-test")
+	cert, key := c.CertFile, c.KeyFile
 	tests := []struct {
 		name string
 		s    Security

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/deploy/local"
+	"github.com/eventforge/eventforge/internal/freeport"
 )
 
 // ClusterConfig describes a multi-node Kafka cluster for failure tests:
@@ -67,7 +67,7 @@ func StartKafkaCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger)
 	if err := resolveKafkaJars(ctx, shared, t.mvn, log); err != nil {
 		return nil, fmt.Errorf("resolving kafka jars: %w", err)
 	}
-	ports, err := freeLoopbackPorts(2 * cfg.Nodes)
+	ports, err := freeport.Ports(2 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -232,29 +232,6 @@ func (c *KafkaCluster) Close(ctx context.Context) {
 			waitExit(context.WithoutCancel(ctx), n.pid, 10*time.Second)
 		}
 	}
-}
-
-// freeLoopbackPorts returns n distinct loopback ports that were free a
-// moment ago.
-func freeLoopbackPorts(n int) ([]int, error) {
-	var (
-		ports []int
-		lns   []net.Listener
-	)
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // sessionTimeoutMS is broker.session.timeout.ms: short with peers, so a

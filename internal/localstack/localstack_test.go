@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // TestUpDown starts a private stack on free ports in its own state dir,
@@ -35,7 +36,7 @@ func TestUpDown(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
+	ports := testkit.FreePorts(t, 3)
 	cfg := localstack.Config{
 		StateDir:            dir,
 		PGPort:              ports[0],
@@ -207,25 +208,6 @@ func checkTopic(ctx context.Context, t *testing.T, bootstrap, topic string, part
 	}
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
-
 func processExists(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -314,7 +296,7 @@ func TestUpRefusesForeignPort(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
-	ports := freePorts(t, 3)
+	ports := testkit.FreePorts(t, 3)
 	tests := []struct {
 		name  string
 		taken int

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // TestPostgresVersionsSideBySide starts PostgreSQL 15, 16 and 18 (the
@@ -42,7 +43,7 @@ func TestPostgresVersionsSideBySide(t *testing.T) {
 	})
 
 	versions := []int{15, 16, 18}
-	ports := freePorts(t, len(versions)+2)
+	ports := testkit.FreePorts(t, len(versions)+2)
 	var cfgs []localstack.Config
 	for i, v := range versions {
 		cfg := localstack.Config{StateDir: dir, PGVersion: v, PGPort: ports[i], KafkaPort: ports[len(versions)],

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/schema"
 )
 
@@ -64,7 +64,7 @@ func NewPrivate(t testing.TB, opts ...PrivateOption) *Private {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
+	ports := testkit.FreePorts(t, 3)
 	p := &Private{
 		Config: localstack.Config{
 			StateDir:            dir,
@@ -202,23 +202,4 @@ func waitProcessGone(t testing.TB, pid int, timeout time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // Standby is a streaming standby of a private stack's PostgreSQL, on its own
@@ -59,7 +60,7 @@ func StandbySettings(lines ...string) StandbyOption {
 // under test: their connections to the primary are cut by the restart.
 func (p *Private) AddStandby(t testing.TB, opts ...StandbyOption) *Standby {
 	t.Helper()
-	cfg := localstack.StandbyConfig{Port: freePorts(t, 1)[0]}
+	cfg := localstack.StandbyConfig{Port: testkit.FreePorts(t, 1)[0]}
 	for _, o := range opts {
 		o(&cfg)
 	}

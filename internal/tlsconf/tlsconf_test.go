@@ -1,51 +1,20 @@
 package tlsconf
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-func writePair(t *testing.T, dir, name string) (certPath, keyPath string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certPath, keyPath
-}
+	"github.com/eventforge/eventforge/internal/testkit"
+)
 
 func TestServer(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := writePair(t, dir, "a")
+	a := testkit.SelfSignedCert(t, dir, "a")
+	cert, key := a.CertFile, a.KeyFile
 	tests := []struct {
 		name, cert, key string
 		wantTLS         bool
@@ -86,8 +55,8 @@ func TestServer(t *testing.T) {
 // server's own certificate and refuses another one.
 func TestSelfPinsTheServedCertificate(t *testing.T) {
 	dir := t.TempDir()
-	certA, keyA := writePair(t, dir, "a")
-	certB, keyB := writePair(t, dir, "b")
+	a, b := testkit.SelfSignedCert(t, dir, "a"), testkit.SelfSignedCert(t, dir, "b")
+	certA, keyA, certB, keyB := a.CertFile, a.KeyFile, b.CertFile, b.KeyFile
 	_, selfA, err := Server(certA, keyA)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,47 @@
+package testkit
+
+import (
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The certificate serves TLS on 127.0.0.1 to a client that trusts Pool.
+func TestSelfSignedCertServesTLS(t *testing.T) {
+	c := SelfSignedCert(t, t.TempDir(), "eventforge-test")
+	pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.Pool}}}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("a client trusting Pool: %v", err)
+	}
+	resp.Body.Close()
+}
+
+// Run reports the exit code and both streams, apart and interleaved.
+func TestRun(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Run(t, sh, "-c", "echo out; echo err >&2; exit 3")
+	if res.Code != 3 || res.Stdout != "out\n" || res.Stderr != "err\n" {
+		t.Fatalf("got %+v", res)
+	}
+	if !strings.Contains(res.Combined, "out\n") || !strings.Contains(res.Combined, "err\n") {
+		t.Fatalf("combined output %q lacks a stream", res.Combined)
+	}
+	if got := RunExit(t, 0, sh, "-c", "echo fine").Stdout; got != "fine\n" {
+		t.Fatalf("RunExit stdout %q", got)
+	}
+}

@@ -2,8 +2,10 @@
 // PostgreSQL's own limit: the order transaction under pgbench, the API over
 // gRPC and REST, the CDC reader draining a backlog, end-to-end latency under
 // open-loop load, the consumer applying a backlog, and each component's
-// memory and CPU. Every component runs as its own process of the same
-// binary. Figures are printed, written as JSON and drawn as charts; nothing
+// memory and CPU. Every component runs as its own process of the eventforge
+// binary; the benchmark itself is the eventforge-bench binary
+// (cmd/eventforge-bench), so that the production binary carries no plotting
+// code. Figures are printed, written as JSON and drawn as charts; nothing
 // here asserts on time.
 package bench
 
@@ -33,6 +35,25 @@ type Config struct {
 	Phases []string `name:"phases" help:"Run only these phases: postgres, api, drain, apply, e2e (apply needs drain; e2e needs api, drain and apply)." default:"postgres,api,drain,apply,e2e" enum:"postgres,api,drain,apply,e2e"`
 	// Keep leaves the benchmark's database, slot and topic in place.
 	Keep bool `name:"keep" help:"Keep the benchmark database, slot and topic afterwards."`
+	// Binary is the eventforge binary whose api, cdc and consumer run as
+	// the measured processes; empty means eventforge beside this binary.
+	Binary string `name:"binary" help:"The eventforge binary whose api, cdc and consumer are measured (default: eventforge beside this binary)."`
+}
+
+// binary returns the eventforge binary the components run from.
+func (c Config) binary() (string, error) {
+	bin := c.Binary
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("locating own binary: %w", err)
+		}
+		bin = filepath.Join(filepath.Dir(self), "eventforge")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("the eventforge binary to measure (make build, or --binary): %w", err)
+	}
+	return bin, nil
 }
 
 // sizes are the workload sizes of a run.
@@ -79,6 +100,33 @@ type Results struct {
 	Throughput  []throughputPoint         `json:"throughput"`
 	CPU         []phaseCPU                `json:"cpu_by_phase"`
 	ElapsedSecs float64                   `json:"elapsed_seconds"`
+}
+
+// selectPhases returns the phases to run, as a set and in the order of
+// all: those requested, or all of them when none is; it refuses a selection
+// without a phase that another one needs.
+func selectPhases(requested, all []string) (map[string]bool, []string, error) {
+	selected := map[string]bool{}
+	for _, p := range requested {
+		selected[p] = true
+	}
+	if len(selected) == 0 {
+		for _, p := range all {
+			selected[p] = true
+		}
+	}
+	applyWithoutDrain := selected["apply"] && !selected["drain"]
+	e2eWithoutOthers := selected["e2e"] && (!selected["api"] || !selected["drain"] || !selected["apply"])
+	if applyWithoutDrain || e2eWithoutOthers {
+		return nil, nil, fmt.Errorf("--phases %v: apply needs drain; e2e needs api, drain and apply", requested)
+	}
+	order := make([]string, 0, len(selected))
+	for _, p := range all {
+		if selected[p] {
+			order = append(order, p)
+		}
+	}
+	return selected, order, nil
 }
 
 type drainResult struct {
@@ -138,6 +186,10 @@ type throughputPoint struct {
 // Run executes every phase, prints the table, and writes the JSON and the
 // charts to cfg.OutDir.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	binary, err := cfg.binary()
+	if err != nil {
+		return err
+	}
 	sz := sizesFor(cfg.Smoke)
 	started := time.Now()
 	stamp := started.UTC().Format("20060102T150405Z")
@@ -159,7 +211,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	res := &Results{StartedAt: started.UTC(), Smoke: cfg.Smoke, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		Components: map[string]componentUsage{}, APIClients: sz.apiClients}
-	r := &runner{cfg: cfg, sz: sz, env: env, logDir: logDir, logger: logger, res: res}
+	r := &runner{cfg: cfg, binary: binary, sz: sz, env: env, logDir: logDir, logger: logger, res: res}
 	defer r.stopAll()
 
 	phases := []struct {
@@ -172,26 +224,15 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		{"apply", "consumer apply", r.applyPhase},
 		{"e2e", "end to end", r.endToEndPhase},
 	}
-	selected := map[string]bool{}
-	for _, p := range cfg.Phases {
-		selected[p] = true
+	keys := make([]string, len(phases))
+	for i, p := range phases {
+		keys[i] = p.key
 	}
-	if len(selected) == 0 {
-		for _, p := range phases {
-			selected[p.key] = true
-		}
+	selected, order, err := selectPhases(cfg.Phases, keys)
+	if err != nil {
+		return err
 	}
-	applyWithoutDrain := selected["apply"] && !selected["drain"]
-	e2eWithoutOthers := selected["e2e"] && (!selected["api"] || !selected["drain"] || !selected["apply"])
-	if applyWithoutDrain || e2eWithoutOthers {
-		return fmt.Errorf("--phases %v: apply needs drain; e2e needs api, drain and apply", cfg.Phases)
-	}
-	res.Phases = make([]string, 0, len(selected))
-	for _, p := range phases {
-		if selected[p.key] {
-			res.Phases = append(res.Phases, p.key)
-		}
-	}
+	res.Phases = order
 	for _, p := range phases {
 		if !selected[p.key] {
 			continue

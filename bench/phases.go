@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 // runner holds the state of one run across its phases.
 type runner struct {
 	cfg    Config
+	binary string // the eventforge binary the components run from
 	sz     sizes
 	env    *env
 	logDir string
@@ -116,7 +116,7 @@ func (r *runner) apiPhase(ctx context.Context) error {
 	if r.httpAddr, err = freeport.Addr(); err != nil {
 		return err
 	}
-	r.api, err = startChild(r.logDir, "api", r.cfg.Profile, "api", "--database-url", r.env.dsn,
+	r.api, err = startChild(r.binary, r.logDir, "api", r.cfg.Profile, "api", "--database-url", r.env.dsn,
 		"--grpc-addr", r.grpcAddr, "--http-addr", r.httpAddr, "--log-level", "warn")
 	if err != nil {
 		return err
@@ -213,7 +213,7 @@ func (r *runner) drainPhase(ctx context.Context) error {
 		return err
 	}
 	start, done := time.Now(), r.cpuFrom("cdc drain")
-	r.cdc, err = startChild(r.logDir, "cdc", r.cfg.Profile, "cdc", "--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap,
+	r.cdc, err = startChild(r.binary, r.logDir, "cdc", r.cfg.Profile, "cdc", "--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap,
 		"--slot", r.env.slot, "--topic", "order="+r.env.topic, "--log-level", "warn")
 	if err != nil {
 		return err
@@ -249,14 +249,10 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	return nil
 }
 
-// consumerSupportsBatching reports whether `consumer --help` lists
-// --batch-size.
-func consumerSupportsBatching() bool {
-	self, err := os.Executable()
-	if err != nil {
-		return false
-	}
-	out, _ := exec.Command(self, "consumer", "--help").CombinedOutput()
+// consumerSupportsBatching reports whether `consumer --help` of binary
+// lists --batch-size.
+func consumerSupportsBatching(binary string) bool {
+	out, _ := exec.Command(binary, "consumer", "--help").CombinedOutput()
 	return strings.Contains(string(out), "--batch-size")
 }
 
@@ -266,7 +262,7 @@ func (r *runner) startConsumer(group string, batch int) (*child, error) {
 	if batch > 0 {
 		args = append(args, "--batch-size", strconv.Itoa(batch))
 	}
-	return startChild(r.logDir, "consumer-"+strings.TrimPrefix(group, r.env.group+"-"), r.cfg.Profile, args...)
+	return startChild(r.binary, r.logDir, "consumer-"+strings.TrimPrefix(group, r.env.group+"-"), r.cfg.Profile, args...)
 }
 
 // timeApply starts a consumer group on the full topic and times it until
@@ -317,7 +313,7 @@ func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyR
 // resets the business state, and times it again with batching on. The last
 // consumer keeps running for the end-to-end phase.
 func (r *runner) applyPhase(ctx context.Context) error {
-	batching := consumerSupportsBatching()
+	batching := consumerSupportsBatching(r.binary)
 	off := 0
 	if batching {
 		off = 1

@@ -19,7 +19,7 @@ import (
 )
 
 // child is one eventforge component run by the benchmark as a separate
-// process of the same binary, so its memory and CPU are its own.
+// process of the eventforge binary, so its memory and CPU are its own.
 type child struct {
 	name   string
 	cmd    *exec.Cmd
@@ -30,16 +30,13 @@ type child struct {
 	pprofAddr string
 }
 
-// startChild runs `<self> <args...>`, logging to dir/<name>.log. With
+// startChild runs `<binary> <args...>`, logging to dir/<name>.log. With
 // profile set, the child also serves its runtime profiles on a free
 // loopback port.
-func startChild(dir, name string, profile bool, args ...string) (*child, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("locating own binary: %w", err)
-	}
+func startChild(binary, dir, name string, profile bool, args ...string) (*child, error) {
 	var pprofAddr string
 	if profile {
+		var err error
 		if pprofAddr, err = freeport.Addr(); err != nil {
 			return nil, err
 		}
@@ -50,7 +47,7 @@ func startChild(dir, name string, profile bool, args ...string) (*child, error) 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -55,7 +55,6 @@ type cli struct {
 	Slot     slotCmd     `cmd:"" name:"slot" help:"Inspect or drop the CDC replication slot."`
 	Outbox   outboxCmd   `cmd:"" name:"outbox" help:"Operate on the outbox: replay stored events."`
 	Verify   verifyCmd   `cmd:"" name:"verify" help:"Audit durable state: lost events, duplicate effects, ordering."`
-	Bench    benchCmd    `cmd:"" name:"bench" help:"Measure throughput, latency and memory on the local stack."`
 	Probe    probeCmd    `cmd:"" name:"probe" help:"Check an HTTP health endpoint (container health checks)."`
 }
 

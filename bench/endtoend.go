@@ -25,14 +25,11 @@ func (r *runner) endToEndPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	create, closeGRPC, err := grpcCreator(r.grpcAddr, 4)
+	create, closeGRPC, err := r.loadClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeGRPC()
-	if err := r.settle(ctx); err != nil {
-		return err
-	}
 
 	before := map[string]usage{}
 	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {

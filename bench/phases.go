@@ -34,6 +34,21 @@ type runner struct {
 	grpcAddr, httpAddr string
 }
 
+// loadClient connects the load generator to the api over gRPC (4
+// connections), then settles the database, so that the load that follows
+// starts on fresh statistics; the caller closes the connections.
+func (r *runner) loadClient(ctx context.Context) (creator, func(), error) {
+	create, closeGRPC, err := grpcCreator(r.grpcAddr, 4)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.settle(ctx); err != nil {
+		closeGRPC()
+		return nil, nil, err
+	}
+	return create, closeGRPC, nil
+}
+
 // settle vacuums and analyzes the tables, then checkpoints, so that a
 // phase starts with fresh planner statistics and is not measured across a
 // checkpoint the previous phase's writes made due (as pgbench vacuums
@@ -134,14 +149,11 @@ func (r *runner) apiPhase(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	create, closeGRPC, err := grpcCreator(r.grpcAddr, 4)
+	create, closeGRPC, err := r.loadClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeGRPC()
-	if err := r.settle(ctx); err != nil {
-		return err
-	}
 	profiled, done := r.api.profileCPU(r.logDir, "api-grpc", r.sz.apiDuration-time.Second), r.cpuFrom("api gRPC")
 	r.res.APIGRPC = closedLoop(ctx, create, r.sz.apiClients, r.sz.apiDuration, "bench-api-grpc")
 	done()

@@ -50,10 +50,7 @@ func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 	}); err != nil {
 		return err
 	}
-	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		_, err := d.createOrder(ctx, "drill-concurrent", f)
-		return err
-	}); err != nil {
+	if err := d.orderStep(ctx, "drill-concurrent"); err != nil {
 		return err
 	}
 	var rep *verify.OrderReport

@@ -19,10 +19,7 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 	}); err != nil {
 		return err
 	}
-	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		_, err := d.createOrder(ctx, "drill-consumer-crash", f)
-		return err
-	}); err != nil {
+	if err := d.orderStep(ctx, "drill-consumer-crash"); err != nil {
 		return err
 	}
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {

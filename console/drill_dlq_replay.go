@@ -30,10 +30,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 	}); err != nil {
 		return err
 	}
-	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		_, err := d.createOrder(ctx, "drill-dlq", f)
-		return err
-	}); err != nil {
+	if err := d.orderStep(ctx, "drill-dlq"); err != nil {
 		return err
 	}
 	var entry dlq.Entry

@@ -99,6 +99,14 @@ func (c *Console) waitFor(ctx context.Context, what string, cond func() (bool, e
 	}
 }
 
+// orderStep is the stage that creates the drill's order for customer.
+func (d *drillRun) orderStep(ctx context.Context, customer string) error {
+	return d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		_, err := d.createOrder(ctx, customer, f)
+		return err
+	})
+}
+
 // createOrder creates a real order through the server's own REST gateway
 // and returns the WAL position right after its commit.
 func (d *drillRun) createOrder(ctx context.Context, customer string, f map[string]any) (string, error) {

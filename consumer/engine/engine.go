@@ -133,44 +133,29 @@ func DefaultOptions() Options {
 // 1 and a zero NotFoundGrace stays zero.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.Workers <= 0 {
-		o.Workers = d.Workers
-	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = 1
-	}
-	if o.QueueSize <= 0 {
-		o.QueueSize = d.QueueSize
-	}
+	orDefault(&o.Workers, d.Workers)
+	orDefault(&o.BatchSize, 1)
+	orDefault(&o.QueueSize, d.QueueSize)
 	o.QueueSize = max(o.QueueSize, 2*o.BatchSize)
-	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = d.MaxAttempts
-	}
-	if o.InitialBackoff <= 0 {
-		o.InitialBackoff = d.InitialBackoff
-	}
-	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = d.MaxBackoff
-	}
-	if o.AttemptTimeout <= 0 {
-		o.AttemptTimeout = d.AttemptTimeout
-	}
-	if o.ProbeTimeout <= 0 {
-		o.ProbeTimeout = d.ProbeTimeout
-	}
-	if o.CommitPeriod <= 0 {
-		o.CommitPeriod = d.CommitPeriod
-	}
-	if o.SessionTimeout <= 0 {
-		o.SessionTimeout = d.SessionTimeout
-	}
+	orDefault(&o.MaxAttempts, d.MaxAttempts)
+	orDefault(&o.InitialBackoff, d.InitialBackoff)
+	orDefault(&o.MaxBackoff, d.MaxBackoff)
+	orDefault(&o.AttemptTimeout, d.AttemptTimeout)
+	orDefault(&o.ProbeTimeout, d.ProbeTimeout)
+	orDefault(&o.CommitPeriod, d.CommitPeriod)
+	orDefault(&o.SessionTimeout, d.SessionTimeout)
+	orDefault(&o.DLQStatsInterval, d.DLQStatsInterval)
 	if o.DLQSuffix == "" {
 		o.DLQSuffix = d.DLQSuffix
 	}
-	if o.DLQStatsInterval <= 0 {
-		o.DLQStatsInterval = d.DLQStatsInterval
-	}
 	return o
+}
+
+// orDefault sets *v to d when *v is not positive.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // prefetchKBytes bounds librdkafka's prefetched records (all partitions).

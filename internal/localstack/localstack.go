@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/eventforge/eventforge/internal/filelock"
 	"github.com/eventforge/eventforge/internal/pgbin"
 )
 
@@ -44,7 +45,7 @@ func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("creating state dir: %w", err)
 	}
-	unlock, err := lockFile(ctx, l.lock, log)
+	unlock, err := filelock.Lock(ctx, l.lock, "state dir", log)
 	if err != nil {
 		return Result{}, err
 	}
@@ -125,7 +126,7 @@ func Down(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if !fileExists(cfg.StateDir) {
 		return nil
 	}
-	unlock, err := lockFile(ctx, l.lock, log)
+	unlock, err := filelock.Lock(ctx, l.lock, "state dir", log)
 	if err != nil {
 		return err
 	}
@@ -152,7 +153,7 @@ func DownPostgres(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return nil
 	}
 	l := newLayoutFor(cfg.StateDir, cfg.PGVersion)
-	unlock, err := lockFile(ctx, l.lock, log.With("state_dir", cfg.StateDir))
+	unlock, err := filelock.Lock(ctx, l.lock, "state dir", log.With("state_dir", cfg.StateDir))
 	if err != nil {
 		return err
 	}

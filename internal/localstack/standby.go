@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/internal/filelock"
 	"github.com/eventforge/eventforge/internal/pgbin"
 )
 
@@ -89,7 +90,7 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 		return nil, fmt.Errorf("state dir %q is too long for a standby: the socket path %s exceeds %d bytes", cfg.StateDir, sock, maxSocketPath)
 	}
 	log = log.With("state_dir", cfg.StateDir, "standby", sc.Name)
-	unlock, err := lockFile(ctx, primary.lock, log)
+	unlock, err := filelock.Lock(ctx, primary.lock, "state dir", log)
 	if err != nil {
 		return nil, err
 	}

@@ -27,8 +27,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/eventforge/eventforge/internal/filelock"
 )
 
 const (
@@ -174,7 +175,7 @@ func Ensure(ctx context.Context, major int, cacheDir string, log *slog.Logger) (
 	if err := os.Chmod(cacheDir, 0o755); err != nil && !errors.Is(err, fs.ErrPermission) {
 		return Dist{}, fmt.Errorf("opening pgbin cache %s to every user: %w", cacheDir, err)
 	}
-	unlock, err := lock(ctx, filepath.Join(cacheDir, "lock"), log)
+	unlock, err := filelock.Lock(ctx, filepath.Join(cacheDir, "lock"), "pgbin cache", log)
 	if err != nil {
 		return Dist{}, err
 	}
@@ -328,39 +329,6 @@ func verify(ctx context.Context, d Dist) (string, error) {
 		return "", fmt.Errorf("%s --version printed %q, want major %d", d.Path("postgres"), line, d.Major)
 	}
 	return line, nil
-}
-
-// lock takes an exclusive flock(2) on path, waiting until ctx is done.
-func lock(ctx context.Context, path string, log *slog.Logger) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("opening lock %s: %w", path, err)
-	}
-	waiting := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("locking %s: %w", path, err)
-		}
-		if !waiting {
-			log.Info("waiting for pgbin cache lock", "lock_file", path)
-			waiting = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for lock %s: %w", path, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
 }
 
 func fileExists(path string) bool {

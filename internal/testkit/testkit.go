@@ -121,7 +121,7 @@ func Run(t testing.TB, binary string, args ...string) Result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
 	var stdout, stderr bytes.Buffer
-	combined := &lockedBuffer{}
+	combined := &Buffer{}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, combined), io.MultiWriter(&stderr, combined)
 	err := cmd.Run()
 	res := Result{Stdout: stdout.String(), Stderr: stderr.String(), Combined: combined.String()}
@@ -145,19 +145,22 @@ func RunExit(t testing.TB, wantExit int, binary string, args ...string) Result {
 	return res
 }
 
-// lockedBuffer is a buffer two copying goroutines write to.
-type lockedBuffer struct {
+// Buffer is a bytes.Buffer that several goroutines may write to and read
+// from, e.g. a logger's output read by the test.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+// String returns what was written so far.
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

@@ -1,4 +1,6 @@
-package localstack
+// Package filelock serialises processes on a lock file: the local stack's
+// state directory and the PostgreSQL binary cache each have one.
+package filelock
 
 import (
 	"context"
@@ -10,12 +12,12 @@ import (
 	"time"
 )
 
-// lockFile takes an exclusive flock(2) on path, waiting until ctx is done.
-// The lock belongs to the open file description, so it excludes other
-// processes and other callers in this process alike, and is released when
-// the process dies. Go opens files close-on-exec, so started services never
-// inherit it.
-func lockFile(ctx context.Context, path string, log *slog.Logger) (unlock func(), err error) {
+// Lock takes an exclusive flock(2) on path, waiting until ctx is done; while
+// it waits it logs once that it waits for the what lock. The lock belongs to
+// the open file description, so it excludes other processes and other
+// callers in this process alike, and is released when the process dies. Go
+// opens files close-on-exec, so started services never inherit it.
+func Lock(ctx context.Context, path, what string, log *slog.Logger) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock %s: %w", path, err)
@@ -31,7 +33,7 @@ func lockFile(ctx context.Context, path string, log *slog.Logger) (unlock func()
 			return nil, fmt.Errorf("locking %s: %w", path, err)
 		}
 		if !waiting {
-			log.Info("waiting for state dir lock", "lock_file", path)
+			log.Info("waiting for "+what+" lock", "lock_file", path)
 			waiting = true
 		}
 		select {

@@ -529,6 +529,9 @@ type session struct {
 	space   chan struct{} // an acknowledgement made room in flight
 	sentLSN atomic.Uint64
 	sentAt  time.Time // when the last status update went out (loop goroutine)
+	// standbyAt is the standby slots' flush position last read (standbys.go).
+	standbyAt pglogrepl.LSN
+	noStandby bool // the standby slots were found missing (logged once)
 }
 
 // onDelivery runs on the publisher's delivery-report goroutine.
@@ -816,6 +819,9 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 			return errPermanent{err}
 		}
 	case *pglogrepl.BeginMessage:
+		if err := s.waitStandbys(ctx, m.FinalLSN); err != nil {
+			return err
+		}
 		s.curTx, s.curN, s.midDone = s.tracker.Begin(m.CommitTime), 0, false
 	case *pglogrepl.InsertMessage:
 		ev, ok, err := s.decoder.Insert(m)

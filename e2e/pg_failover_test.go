@@ -32,7 +32,12 @@ func windowPrimaryFailover(version int) func(t *testing.T) {
 		pl := newPipelineOn(t, env)
 		pl.startAPI(t)
 		pl.startConsumer(t, "consumer", nil)
-		_, metrics := cdcReader(t, pl.env, "cdc", nil, gapFlags...)
+		flags := gapFlags
+		if version < 17 {
+			// 17 holds the walsender back itself (synchronized_standby_slots).
+			flags = append([]string{"--synchronized-standby-slots", standby.Name}, gapFlags...)
+		}
+		_, metrics := cdcReader(t, pl.env, "cdc", nil, flags...)
 		waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active", func(v float64) bool { return v == 1 })
 
 		load := startOrderLoad(t, pl, 300)

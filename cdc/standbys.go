@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/cdc/decode"
 )
 
 // Waiting for standbys (PostgreSQL 15 and 16).
@@ -18,10 +20,69 @@ import (
 // published an event of a commit the promoted standby never received: a
 // phantom, an event of an order the new primary does not have. PostgreSQL 17
 // closes this with synchronized_standby_slots; for 15 and 16 the reader does
-// the same itself with --synchronized-standby-slots: it produces none of a
-// transaction's events before every named physical slot on the primary has
-// flushed the transaction's commit (the slot's restart_lsn, which a physical
-// slot advances to the standby's flush position).
+// the same itself with --synchronized-standby-slots: it holds a
+// transaction's events back until the commit message, which carries the end
+// of the commit record, and produces them only once every named physical
+// slot on the primary has flushed up to that end (the slot's restart_lsn,
+// which a physical slot advances to the standby's flush position). The begin
+// message only knows where the commit record starts, and a standby can have
+// flushed the start of a record and not its end.
+//
+// A transaction whose events exceed the in-flight bounds is not held whole:
+// once the bound is reached the reader waits for the standbys to flush the
+// start of its commit record and produces the rest as it streams. Such a
+// transaction is never an order (a bulk outbox insert or replay); the
+// window left is the primary dying while the standby has part of that
+// commit record.
+
+// heldInsert is a decoded outbox insert held back until the standbys
+// flushed its transaction's commit.
+type heldInsert struct {
+	ev        decode.Event
+	walStart  pglogrepl.LSN
+	decodeErr error
+}
+
+// holdFor starts holding back the events of a transaction whose commit
+// record starts at commit, when the reader waits for standbys.
+func (s *session) holdFor(commit pglogrepl.LSN) {
+	s.holding = len(s.cfg.SynchronizedStandbySlots) > 0
+	s.held, s.heldBytes, s.commitAt = s.held[:0], 0, commit
+}
+
+// hold keeps one insert back; at the in-flight bounds it stops holding and
+// produces what it held once the standbys flushed the start of the commit
+// record.
+func (s *session) hold(ctx context.Context, in heldInsert) error {
+	s.held = append(s.held, in)
+	s.heldBytes += int64(in.ev.Size() + recordOverhead)
+	if len(s.held) < s.cfg.MaxInflightEvents && s.heldBytes < s.cfg.MaxInflightBytes {
+		return nil
+	}
+	s.logger.Warn("transaction exceeds the in-flight bounds; publishing it once the standbys flushed the start of its commit record",
+		"commit_lsn", s.commitAt.String(), "events", len(s.held))
+	return s.releaseHeld(ctx, s.commitAt+1)
+}
+
+// releaseHeld waits until the standbys flushed through upTo and produces the
+// held events.
+func (s *session) releaseHeld(ctx context.Context, upTo pglogrepl.LSN) error {
+	if !s.holding {
+		return nil
+	}
+	s.holding = false
+	if err := s.waitStandbys(ctx, upTo); err != nil {
+		return err
+	}
+	for i := range s.held {
+		if err := s.insert(ctx, &s.held[i].ev, s.held[i].walStart, s.held[i].decodeErr); err != nil {
+			return err
+		}
+	}
+	clear(s.held)
+	s.held = s.held[:0]
+	return nil
+}
 
 // errNoStandbySlots means none of the standby slots exists on the server:
 // after a promotion the new primary has no standby yet, so there is nothing
@@ -58,7 +119,7 @@ func standbyFlushed(ctx context.Context, ctl *control, slots []string) (pglogrep
 	return pglogrepl.ParseLSN(*lsn)
 }
 
-// waitStandbys returns once every standby slot flushed commit, keeping the
+// waitStandbys returns once every standby slot flushed through commit, keeping the
 // replication connection alive with status updates meanwhile.
 func (s *session) waitStandbys(ctx context.Context, commit pglogrepl.LSN) error {
 	if len(s.cfg.SynchronizedStandbySlots) == 0 || s.standbyAt >= commit {

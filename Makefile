@@ -83,10 +83,20 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 # The stack is shared: tests reuse a running one (each test has its own
 # database, slot, topic and group) and `make test` stops only a stack it
 # started itself, so it passes beside `make run` and leaves nothing behind.
+# STOP_STARTED defines stop_started, which stops what this recipe's
+# `stack up --print-started` (held in $$started) started: the whole stack
+# when it started Kafka, else only the PostgreSQL of $$EVENTFORGE_PG_VERSION,
+# so a make run beside it (another version, the same Kafka) keeps running.
+STOP_STARTED = stop_started() { \
+	case " $$started " in \
+	*" kafka "*) echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down;; \
+	*" postgres "*) echo "stopping PostgreSQL $${EVENTFORGE_PG_VERSION:-15} (started by this run)"; $(EVENTFORGE) stack down --postgres-only;; \
+	esac; }
+
 .PHONY: test
 test: build openapi-validator web-deps browser-deps ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
-	stop_started() { if [ -n "$$started" ]; then echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down; fi; }; \
+	$(STOP_STARTED); \
 	trap stop_started EXIT; \
 	$(MAKE) --no-print-directory promtool; \
 	$(GO) test $(GO_TEST_FLAGS) ./...; \
@@ -129,16 +139,13 @@ CDC_CORE_TESTS := ^TestCDC
 
 .PHONY: test-cdc-pg
 test-cdc-pg: build ## Run the core CDC suite on PostgreSQL $(CDC_PG) (starts and stops it if needed)
-	@started="$$(EVENTFORGE_PG_VERSION=$(CDC_PG) $(EVENTFORGE) stack up --print-started)"; \
-	stop_started() { \
-		case " $$started " in \
-		*" kafka "*) echo "stopping the stack this run started ($$started)"; $(EVENTFORGE) stack down;; \
-		*" postgres "*) echo "stopping PostgreSQL $(CDC_PG) (started by this run)"; EVENTFORGE_PG_VERSION=$(CDC_PG) $(EVENTFORGE) stack down --postgres-only;; \
-		esac; }; \
+	@export EVENTFORGE_PG_VERSION=$(CDC_PG); \
+	started="$$($(EVENTFORGE) stack up --print-started)"; \
+	$(STOP_STARTED); \
 	trap stop_started EXIT; \
 	echo "== core CDC suite on PostgreSQL $(CDC_PG)"; \
-	EVENTFORGE_PG_VERSION=$(CDC_PG) $(GO) test $(GO_TEST_FLAGS) ./cdc/...; \
-	EVENTFORGE_PG_VERSION=$(CDC_PG) $(GO) test $(GO_TEST_FLAGS) -run '$(CDC_CORE_TESTS)' ./e2e/
+	$(GO) test $(GO_TEST_FLAGS) ./cdc/...; \
+	$(GO) test $(GO_TEST_FLAGS) -run '$(CDC_CORE_TESTS)' ./e2e/
 
 # The independent OpenAPI validator (npm @apidevtools/swagger-parser, pinned by
 # its lockfile) that the api tests run on the served /openapi.json.
@@ -201,7 +208,7 @@ RATE ?= 300
 .PHONY: chaos
 chaos: build ## Load at RATE orders/s for DURATION with a random SIGKILL every 10–30 s, then drain and verify
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
-	stop_started() { if [ -n "$$started" ]; then $(EVENTFORGE) stack down; fi; }; \
+	$(STOP_STARTED); \
 	trap stop_started EXIT; \
 	EVENTFORGE_CHAOS_DURATION=$(DURATION) EVENTFORGE_CHAOS_RATE=$(RATE) \
 		$(GO) test -count=1 -timeout 0 -run '^TestChaosSoak$$' -v ./e2e/ | grep -E 'SIGKILL|chaos summary|^(---|ok|FAIL|PASS)'
@@ -209,7 +216,7 @@ chaos: build ## Load at RATE orders/s for DURATION with a random SIGKILL every 1
 .PHONY: guarantees
 guarantees: build ## Run the failure-window matrix and write its results table into docs/guarantees.md
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
-	stop_started() { if [ -n "$$started" ]; then $(EVENTFORGE) stack down; fi; }; \
+	$(STOP_STARTED); \
 	trap stop_started EXIT; \
 	EVENTFORGE_MATRIX_DOC=$(CURDIR)/docs/guarantees.md $(GO) test -count=1 -timeout 60m -run '^TestFailureMatrix$$' ./e2e/
 

@@ -88,6 +88,12 @@ type Config struct {
 	// transaction below which every outbox row is published; after a lost
 	// slot, rows from there on are republished.
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"How often to record which outbox rows are published (bounds what a lost slot republishes)." default:"10s"`
+	// SynchronizedStandbySlots (PostgreSQL 15 and 16) are physical slots
+	// of standbys on the primary; a transaction's events are produced only
+	// once every one of them flushed its commit, so a promoted standby has
+	// every order whose event was published (standbys.go). PostgreSQL 17
+	// does this itself with synchronized_standby_slots.
+	SynchronizedStandbySlots []string `name:"synchronized-standby-slots" help:"Physical slots of standbys (PostgreSQL 15/16): publish a transaction only once they flushed its commit, so a promoted standby has every published order (17+: set synchronized_standby_slots on the server instead)." sep:","`
 	// ProducerSettings are librdkafka properties for the reader's producer
 	// (e.g. request.timeout.ms, socket.timeout.ms), applied after the
 	// reader's own; the properties the delivery contract rests on

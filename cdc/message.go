@@ -56,6 +56,7 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 		}
 	case *pglogrepl.BeginMessage:
 		s.curTx, s.curN, s.midDone = s.tracker.Begin(m.CommitTime), 0, false
+		s.holdFor(m.FinalLSN)
 	case *pglogrepl.InsertMessage:
 		ev, ok, err := s.decoder.Insert(m)
 		malformed := errors.Is(err, decode.ErrMalformedHeaders)
@@ -68,42 +69,16 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 		if s.curTx == nil {
 			return fmt.Errorf("insert at %s outside a transaction", walStart)
 		}
-		size := ev.Size() + recordOverhead
-		switch {
-		case malformed:
-			// No record can be built: the one row, never the batch.
-			s.tracker.Add(s.curTx, size)
-			if err := s.deadLetter(ctx, &ev, walStart, size, err); err != nil {
-				return err
-			}
-		case s.suspects.has(ev.ID):
-			if err := s.publishAlone(ctx, &ev, walStart, size); err != nil {
-				return err
-			}
-		default:
-			s.tracker.Add(s.curTx, size)
-			if err := s.pub.Publish(ctx, &ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
-				if publish.Permanent(err) {
-					// Produce refused this record by itself.
-					if err := s.deadLetter(ctx, &ev, walStart, size, err); err != nil {
-						return err
-					}
-					break
-				}
-				s.tracker.Release(s.curTx, size)
-				return err
-			}
+		if s.holding {
+			return s.hold(ctx, heldInsert{ev: ev, walStart: walStart, decodeErr: err})
 		}
-		s.curN++
-		if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
-			s.midDone = true
-			if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
-				return err
-			}
-		}
+		return s.insert(ctx, &ev, walStart, err)
 	case *pglogrepl.CommitMessage:
 		if s.curTx == nil {
 			return fmt.Errorf("commit at %s without begin", m.CommitLSN)
+		}
+		if err := s.releaseHeld(ctx, m.TransactionEndLSN); err != nil {
+			return err
 		}
 		if !s.midDone && s.curN > 0 {
 			s.midDone = true
@@ -115,6 +90,46 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 		s.curTx = nil
 	case *pglogrepl.LogicalDecodingMessage:
 		s.handleMessage(m)
+	}
+	return nil
+}
+
+// insert produces one decoded outbox event of the open transaction (or
+// dead-letters it when no record can be built from it); decodeErr is the
+// decoder's ErrMalformedHeaders, if any.
+func (s *session) insert(ctx context.Context, ev *decode.Event, walStart pglogrepl.LSN, decodeErr error) error {
+	size := ev.Size() + recordOverhead
+	switch {
+	case decodeErr != nil:
+		// No record can be built: the one row, never the batch.
+		s.tracker.Add(s.curTx, size)
+		if err := s.deadLetter(ctx, ev, walStart, size, decodeErr); err != nil {
+			return err
+		}
+	case s.suspects.has(ev.ID):
+		if err := s.publishAlone(ctx, ev, walStart, size); err != nil {
+			return err
+		}
+	default:
+		s.tracker.Add(s.curTx, size)
+		if err := s.pub.Publish(ctx, ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
+			if publish.Permanent(err) {
+				// Produce refused this record by itself.
+				if err := s.deadLetter(ctx, ev, walStart, size, err); err != nil {
+					return err
+				}
+				break
+			}
+			s.tracker.Release(s.curTx, size)
+			return err
+		}
+	}
+	s.curN++
+	if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
+		s.midDone = true
+		if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
+			return err
+		}
 	}
 	return nil
 }

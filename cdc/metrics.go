@@ -56,6 +56,10 @@ var (
 		Name: "eventforge_cdc_gap_republished_total",
 		Help: "Outbox events republished by gap recoveries (most are duplicates consumers skip).",
 	}, []string{"slot"})
+	standbyWaitSeconds = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_cdc_standby_wait_seconds_total",
+		Help: "Time transactions waited for the --synchronized-standby-slots to flush their commit before being published.",
+	}, []string{"slot"})
 	activeGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_cdc_active",
 		Help: "1 while this process holds the replication slot and publishes, 0 otherwise.",
@@ -65,7 +69,7 @@ var (
 // slotMetrics are the reader's metrics bound to one slot label.
 type slotMetrics struct {
 	slotLag, retainedWAL, replicationLag, oldestAge, inflight, active, confirmedLSN, gap prometheus.Gauge
-	published, errors, deadLettered, gapRecoveries, gapRepublished                       prometheus.Counter
+	published, errors, deadLettered, gapRecoveries, gapRepublished, standbyWait          prometheus.Counter
 }
 
 func newSlotMetrics(slot string) *slotMetrics {
@@ -83,6 +87,7 @@ func newSlotMetrics(slot string) *slotMetrics {
 		gap:            slotGap.WithLabelValues(slot),
 		gapRecoveries:  gapRecoveries.WithLabelValues(slot),
 		gapRepublished: gapRepublished.WithLabelValues(slot),
+		standbyWait:    standbyWaitSeconds.WithLabelValues(slot),
 	}
 	m.active.Set(0)
 	return m

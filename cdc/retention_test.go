@@ -69,9 +69,9 @@ func TestProgressPublishing(t *testing.T) {
 	}
 }
 
-// TestPruneRoundKeepsUnconfirmedRows runs the pruning rule on the real
+// TestCheckpointRoundKeepsUnconfirmedRows runs the checkpoint and pruning rule on the real
 // server: rows older than the retention are deleted only once the slot
-// confirmed a mark taken after their transaction finished. A transaction
+// confirmed (by the reader itself) a mark taken after their transaction finished. A transaction
 // open when the mark was taken — a top-level insert or one in a savepoint,
 // committed afterwards with an old created_at — and a transaction that
 // began after the mark keep their rows, as does a fresh row.

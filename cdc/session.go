@@ -148,6 +148,15 @@ type session struct {
 	space   chan struct{} // an acknowledgement made room in flight
 	sentLSN atomic.Uint64
 	sentAt  time.Time // when the last status update went out (loop goroutine)
+	// standbyAt is the standby slots' flush position last read (standbys.go).
+	standbyAt pglogrepl.LSN
+	noStandby bool // the standby slots were found missing (logged once)
+	// holding: the open transaction's events are held back until the
+	// standbys flushed its commit (standbys.go).
+	holding   bool
+	held      []heldInsert
+	heldBytes int64
+	commitAt  pglogrepl.LSN // start of the open transaction's commit record
 }
 
 // onDelivery runs on the publisher's delivery-report goroutine.

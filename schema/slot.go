@@ -89,3 +89,30 @@ func DropSlotsIfExist(ctx context.Context, q Execer, slots ...string) error {
 	}
 	return nil
 }
+
+// ErrNoStandbySlots means none of the named physical slots exists.
+var ErrNoStandbySlots = errors.New("none of the standby slots exists on this server")
+
+// StandbySlotsFlushed reads the oldest restart_lsn of the named physical
+// slots: for a standby's slot, the position the standby flushed. It is ""
+// while a slot has none yet. None of them existing is ErrNoStandbySlots;
+// only some of them existing as physical slots is an error.
+func StandbySlotsFlushed(ctx context.Context, q Querier, slots []string) (string, error) {
+	var (
+		lsn   *string
+		found int
+	)
+	err := q.QueryRow(ctx, `SELECT min(restart_lsn)::text, count(*) FROM pg_replication_slots
+		WHERE slot_name = ANY($1) AND slot_type = 'physical'`, slots).Scan(&lsn, &found)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("reading the standby slots %v: %w", slots, err)
+	case found == 0:
+		return "", ErrNoStandbySlots
+	case found != len(slots):
+		return "", fmt.Errorf("of the standby slots %v only %d exist as physical slots on this server", slots, found)
+	case lsn == nil:
+		return "", nil
+	}
+	return *lsn, nil
+}

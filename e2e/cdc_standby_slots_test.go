@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/testenv"
+)
+
+// TestCDCWaitsForStandbySlots: with --synchronized-standby-slots naming the
+// physical slot of an (asynchronous) standby, the reader publishes nothing
+// the standby has not flushed. The primary's walsender for the standby is
+// frozen (SIGSTOP) while a transaction commits: the reader receives it and
+// waits, says so, and publishes none of its events; once the walsender runs
+// again, they are published. Then the same for a transaction larger than
+// the in-flight bounds (--max-inflight-events 8, 12 events), which the reader
+// cannot hold whole: it waits for the standby before producing any of it.
+func TestCDCWaitsForStandbySlots(t *testing.T) {
+	stack := testenv.NewPrivate(t, testenv.WithPGVersion(15), testenv.WithoutKafka())
+	env := stack.EnvOnSharedKafka(t)
+	standby := stack.AddStandby(t)
+	ctx := context.Background()
+
+	reader, _ := cdcReader(t, env, "cdc", nil, "--synchronized-standby-slots", standby.Name, "--max-inflight-events", "8")
+	first := insertEvents(ctx, t, env.Pool, 5, 5)
+	waitEventsInKafka(t, env, first, time.Minute)
+
+	var walsender int
+	if err := env.Pool.QueryRow(ctx, `SELECT pid FROM pg_stat_replication WHERE application_name = $1`, standby.Name).Scan(&walsender); err != nil {
+		t.Fatalf("finding the standby's walsender: %v", err)
+	}
+	heldBack := func(events int, logLine string) {
+		t.Helper()
+		if err := syscall.Kill(walsender, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		resumed := false
+		resume := func() {
+			if !resumed {
+				resumed = true
+				if err := syscall.Kill(walsender, syscall.SIGCONT); err != nil {
+					t.Errorf("resuming the walsender: %v", err)
+				}
+			}
+		}
+		t.Cleanup(resume)
+		ids := insertEvents(ctx, t, env.Pool, events, 5)
+		testenv.Eventually(t, time.Minute, "reader says it waits for the standby", func() error {
+			log, err := os.ReadFile(reader.log)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(log), logLine) {
+				return fmt.Errorf("no line %q in %s yet", logLine, reader.log)
+			}
+			return nil
+		})
+		recs, err := testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			for _, id := range ids {
+				if r.Headers[contract.HeaderID] == id {
+					t.Fatalf("event %s was published before the standby flushed its commit", id)
+				}
+			}
+		}
+		resume()
+		waitEventsInKafka(t, env, ids, time.Minute)
+	}
+	heldBack(5, "waiting for the standby slots to flush a commit before publishing it")
+	heldBack(12, "transaction exceeds the in-flight bounds")
+}

@@ -4,6 +4,10 @@
 // of its own so that the production binary links no plotting library or
 // fonts; `make bench` and `make bench-smoke` build and run it.
 //
+// `eventforge-bench polling-relay` runs the polling outbox relay the peers
+// phase measures (package bench/polling); the benchmark starts it as a
+// process of its own, so that its memory and CPU are its own.
+//
 // Every flag has an EVENTFORGE_* environment fallback, as eventforge's do.
 package main
 
@@ -19,8 +23,14 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/eventforge/eventforge/bench"
+	"github.com/eventforge/eventforge/bench/polling"
 	"github.com/eventforge/eventforge/internal/logging"
 )
+
+type relayCLI struct {
+	LogLevel       string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
+	polling.Config `embed:""`
+}
 
 type cli struct {
 	LogLevel     string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
@@ -35,6 +45,9 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 && os.Args[1] == polling.Command {
+		return runPollingRelay(os.Args[2:])
+	}
 	var c cli
 	kong.Parse(&c,
 		kong.Name("eventforge-bench"),
@@ -55,4 +68,27 @@ func run() error {
 		return nil
 	}
 	return err
+}
+
+// runPollingRelay parses the relay's flags from args and runs it until
+// SIGTERM or Ctrl-C.
+func runPollingRelay(args []string) error {
+	c := relayCLI{Config: polling.DefaultConfig()}
+	parser, err := kong.New(&c, kong.Name("eventforge-bench "+polling.Command),
+		kong.Description("Run the polling outbox relay the benchmark's peers phase measures."),
+		kong.DefaultEnvars("EVENTFORGE"), kong.UsageOnError())
+	if err != nil {
+		return err
+	}
+	if _, err := parser.Parse(args); err != nil {
+		parser.FatalIfErrorf(err)
+	}
+	logger, err := logging.New(os.Stderr, c.LogLevel)
+	if err != nil {
+		return err
+	}
+	logger = logger.With("component", "polling-relay")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return polling.Run(ctx, c.Config, logger)
 }

@@ -116,39 +116,7 @@ func resolveKafkaJars(ctx context.Context, l layout, mvn string, log *slog.Logge
 	if err != nil {
 		return fmt.Errorf("reading embedded pom.xml: %w", err)
 	}
-	hash := pomHash(pom)
-	if b, err := os.ReadFile(filepath.Join(l.kafkaLibs, pomHashFile)); err == nil && strings.TrimSpace(string(b)) == hash {
-		return nil
-	}
-	if err := os.WriteFile(l.kafkaPom, pom, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", l.kafkaPom, err)
-	}
-	tmp := l.kafkaLibs + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("removing %s: %w", tmp, err)
-	}
-	begin := time.Now()
-	log.Info("resolving kafka jars with maven", "pom", l.kafkaPom, "libs_dir", l.kafkaLibs)
-	cmd := exec.CommandContext(ctx, mvn, "-B", "-q", "-f", l.kafkaPom, "-DoutputDirectory="+tmp, dependencyPlugin)
-	cmd.Dir = l.kafkaDir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("running mvn: %w\n%s", err, lastLines(string(out), 30))
-	}
-	jars, _ := filepath.Glob(filepath.Join(tmp, "*.jar"))
-	if len(jars) == 0 {
-		return fmt.Errorf("mvn copied no jars into %s", tmp)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, pomHashFile), []byte(hash+"\n"), 0o644); err != nil {
-		return fmt.Errorf("writing pom hash: %w", err)
-	}
-	if err := os.RemoveAll(l.kafkaLibs); err != nil {
-		return fmt.Errorf("removing old %s: %w", l.kafkaLibs, err)
-	}
-	if err := os.Rename(tmp, l.kafkaLibs); err != nil {
-		return fmt.Errorf("moving jars into place: %w", err)
-	}
-	log.Info("kafka jars resolved", "jars", len(jars), "elapsed_ms", time.Since(begin).Milliseconds())
-	return nil
+	return resolveJars(ctx, l.kafkaDir, l.kafkaLibs, pom, mvn, log)
 }
 
 // renderServerProperties renders deploy/local/server.properties for cfg.

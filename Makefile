@@ -235,6 +235,10 @@ build-bench: ## Build bin/eventforge-bench (the benchmark; not part of the produ
 bench: build build-bench ## Measure throughput, latency and memory on the local stack (≤ 15 min); prints a table, writes bench/results/
 	$(EVENTFORGE_BENCH) --out bench/results
 
+.PHONY: bench-peers
+bench-peers: build build-bench ## EventForge's reader, a polling relay and Debezium side by side on the local stack (≈ 10 min); prints the table, writes bench/results/
+	$(EVENTFORGE_BENCH) --phases peers --out bench/results
+
 .PHONY: bench-smoke
 bench-smoke: build build-bench ## The benchmark at tiny sizes (under a minute): checks the harness, not the figures
 	$(EVENTFORGE_BENCH) --smoke --out $${TMPDIR:-/tmp}/eventforge-bench-smoke

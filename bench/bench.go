@@ -32,7 +32,9 @@ type Config struct {
 	Profile bool `name:"profile" help:"Record CPU and heap profiles of each component during its phase (pprof files in the logs directory)."`
 	// Phases selects the phases to run, for working on one component; a
 	// full run (the default) is what the figures mean.
-	Phases []string `name:"phases" help:"Run only these phases: postgres, api, drain, apply, e2e (apply needs drain; e2e needs api, drain and apply)." default:"postgres,api,drain,apply,e2e" enum:"postgres,api,drain,apply,e2e"`
+	// peers (the relays side by side, make bench-peers) is not among the
+	// defaults: it adds about ten minutes (docs/bench.md).
+	Phases []string `name:"phases" help:"Run only these phases: postgres, api, drain, apply, e2e, peers (apply needs drain; e2e needs api, drain and apply; peers, the relays side by side, runs only when named)." default:"postgres,api,drain,apply,e2e" enum:"postgres,api,drain,apply,e2e,peers"`
 	// Keep leaves the benchmark's database, slot and topic in place.
 	Keep bool `name:"keep" help:"Keep the benchmark database, slot and topic afterwards."`
 	// Binary is the eventforge binary whose api, cdc and consumer run as
@@ -66,15 +68,17 @@ type sizes struct {
 	rates        []int
 	rateDuration time.Duration
 	batchSize    int
+	peerRates    []int // offered loads of the peers phase
 }
 
 func sizesFor(smoke bool) sizes {
 	if smoke {
 		return sizes{pgClients: []int{8}, pgDuration: 2 * time.Second, apiClients: 8, apiDuration: 2 * time.Second,
-			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50}
+			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50, peerRates: []int{100}}
 	}
 	return sizes{pgClients: []int{8, 16, 32}, pgDuration: 10 * time.Second, apiClients: 32, apiDuration: 15 * time.Second,
-		backlog: 200_000, rates: []int{250, 500, 1000, 2000}, rateDuration: 30 * time.Second, batchSize: 100}
+		backlog: 200_000, rates: []int{250, 500, 1000, 2000}, rateDuration: 30 * time.Second, batchSize: 100,
+		peerRates: []int{500, 2000}}
 }
 
 // Results is one run's figures; its JSON form is written to OutDir.
@@ -99,6 +103,7 @@ type Results struct {
 	Components  map[string]componentUsage `json:"components"`
 	Throughput  []throughputPoint         `json:"throughput"`
 	CPU         []phaseCPU                `json:"cpu_by_phase"`
+	Peers       *peersResult              `json:"peers,omitempty"`
 	ElapsedSecs float64                   `json:"elapsed_seconds"`
 }
 
@@ -223,6 +228,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		{"drain", "cdc drain", r.drainPhase},
 		{"apply", "consumer apply", r.applyPhase},
 		{"e2e", "end to end", r.endToEndPhase},
+		{"peers", "relays side by side", r.peersPhase},
 	}
 	keys := make([]string, len(phases))
 	for i, p := range phases {

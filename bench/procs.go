@@ -124,6 +124,11 @@ func procUsage(pid int) (usage, error) {
 
 // waitFor polls cond every 100 ms until it reports true, fails, or ctx ends.
 func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	return waitEvery(ctx, timeout, 100*time.Millisecond, what, cond)
+}
+
+// waitEvery is waitFor polling every interval.
+func waitEvery(ctx context.Context, timeout, interval time.Duration, what string, cond func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
@@ -137,7 +142,7 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: not reached within %s", what, timeout)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

@@ -43,6 +43,11 @@ func (res *Results) printTable(w io.Writer) {
 	for _, ph := range res.Phases {
 		ran[ph] = true
 	}
+	if len(res.Phases) == 1 && ran["peers"] {
+		_ = tw.Flush()
+		res.printPeersSection(w)
+		return
+	}
 	if len(res.Phases) < 5 {
 		p("phases run\t%v (the others are not: their figures are missing)", res.Phases)
 	}
@@ -89,6 +94,9 @@ func (res *Results) printTable(w io.Writer) {
 		p("   %s\t%s", pc.Phase, pc)
 	}
 	_ = tw.Flush()
+	if ran["peers"] {
+		res.printPeersSection(w)
+	}
 }
 
 func keys(m map[int]float64) []int {
@@ -101,9 +109,20 @@ func keys(m map[int]float64) []int {
 }
 
 // writeCharts draws latency percentiles against offered load and
-// throughput over time, as SVG and PNG, and returns the files written.
+// throughput over time, and the peers' chart when the phase ran, as SVG and
+// PNG, and returns the files written.
 func (res *Results) writeCharts(prefix string) ([]string, error) {
 	var files []string
+	if res.Peers != nil {
+		peers, err := res.Peers.writePeersChart(prefix)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, peers...)
+	}
+	if len(res.EndToEnd) == 0 && len(res.Throughput) == 0 {
+		return files, nil
+	}
 
 	lat := plot.New()
 	lat.Title.Text = "Commit → applied latency vs offered load"
@@ -177,6 +196,19 @@ func (res *Results) check(ran map[string]bool) error {
 		need("e2e", c.PeakRSSBytes > 0 && c.CPUSeconds > 0, name+" peak RSS and CPU")
 	}
 	need("e2e", len(res.Throughput) > 0, "throughput over time")
+	need("peers", res.Peers != nil && res.Peers.RecvlogicalPerSec > 0, "pg_recvlogical reference drain of the peers")
+	if res.Peers != nil {
+		names, figs := res.Peers.columns()
+		for i, f := range figs {
+			need("peers", f != nil, names[i]+" (not measured)")
+		}
+		for _, f := range res.Peers.Relays {
+			need("peers", f.Drain.EventsPerSec > 0 && f.Drain.PeakRSSBytes > 0 && f.Drain.RelayCPUPer1000 > 0, f.Relay+" drain figures")
+			for _, l := range f.Latency {
+				need("peers", l.Orders > 0 && l.CommitToAppend.P99 > 0, fmt.Sprintf("%s latency at %d/s", f.Relay, l.OfferedPerSec))
+			}
+		}
+	}
 	need("postgres", len(res.CPU) > 0, "CPU by phase")
 	need("api", len(res.CPU) > 0, "CPU by phase")
 	if len(missing) > 0 {

@@ -73,15 +73,9 @@ func run() error {
 // runPollingRelay parses the relay's flags from args and runs it until
 // SIGTERM or Ctrl-C.
 func runPollingRelay(args []string) error {
-	c := relayCLI{Config: polling.DefaultConfig()}
-	parser, err := kong.New(&c, kong.Name("eventforge-bench "+polling.Command),
-		kong.Description("Run the polling outbox relay the benchmark's peers phase measures."),
-		kong.DefaultEnvars("EVENTFORGE"), kong.UsageOnError())
+	c, err := parseRelay(args)
 	if err != nil {
 		return err
-	}
-	if _, err := parser.Parse(args); err != nil {
-		parser.FatalIfErrorf(err)
 	}
 	logger, err := logging.New(os.Stderr, c.LogLevel)
 	if err != nil {
@@ -91,4 +85,20 @@ func runPollingRelay(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return polling.Run(ctx, c.Config, logger)
+}
+
+// parseRelay parses the polling relay's flags; --help prints its usage and
+// exits.
+func parseRelay(args []string) (relayCLI, error) {
+	var c relayCLI
+	parser, err := kong.New(&c, kong.Name("eventforge-bench "+polling.Command),
+		kong.Description("Run the polling outbox relay the benchmark's peers phase measures."),
+		kong.DefaultEnvars("EVENTFORGE"), kong.UsageOnError())
+	if err != nil {
+		return c, err
+	}
+	if _, err := parser.Parse(args); err != nil {
+		return c, fmt.Errorf("%s: %w", polling.Command, err)
+	}
+	return c, nil
 }

@@ -162,7 +162,7 @@ func (p *peersResult) writePeersChart(prefix string) ([]string, error) {
 		floor := plotter.NewFunction(func(float64) float64 { return p.RecvlogicalPerSec })
 		floor.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		rate.Add(floor)
-		rate.Legend.Add("pg_recvlogical", floor)
+		rate.Legend.Add("pg_recvlogical "+barLabel(p.RecvlogicalPerSec), floor)
 		rate.Legend.Top, rate.Legend.Left = true, true
 		rate.Y.Max = math.Max(rate.Y.Max, p.RecvlogicalPerSec) * 1.3
 	}
@@ -227,12 +227,47 @@ func (p *peersResult) barPanel(title string, value func(*relayFigures) float64) 
 		pl.Add(bars)
 		pl.NominalX(names...)
 	}
+	// Each bar carries its value, so a bar too short to see still reads.
+	xys := plotter.XYLabels{}
+	for i, v := range values {
+		xys.XYs = append(xys.XYs, plotter.XY{X: float64(i), Y: v})
+		xys.Labels = append(xys.Labels, barLabel(v))
+	}
+	if labels, err := plotter.NewLabels(xys); err == nil {
+		for i := range labels.TextStyle {
+			labels.TextStyle[i].XAlign = draw.XCenter
+		}
+		labels.Offset = vg.Point{Y: vg.Points(3)}
+		pl.Add(labels)
+	}
 	pl.Y.Min = 0
-	// Headroom above the tallest bar.
+	pl.Y.Tick.Marker = plainTicks{}
+	// Headroom above the tallest bar for its label.
 	for _, v := range values {
-		pl.Y.Max = math.Max(pl.Y.Max, v*1.15)
+		pl.Y.Max = math.Max(pl.Y.Max, v*1.2)
 	}
 	return pl
+}
+
+// barLabel is v with three significant digits, without an exponent.
+func barLabel(v float64) string {
+	if math.Abs(v) >= 100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros.
+type plainTicks struct{}
+
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', -1, 64)
+		}
+	}
+	return ticks
 }
 
 // latencyPanel draws commit → append p50 (dashed) and p99 of each relay

@@ -82,7 +82,7 @@ func TestPeersChartIsWritten(t *testing.T) {
 		}
 		switch filepath.Ext(f) {
 		case ".svg":
-			for _, want := range []string{"<svg", "Drain rate", "pg_recvlogical", "polling p99", "EventForge p50", "WAL KiB"} {
+			for _, want := range []string{"<svg", "Drain rate", "pg_recvlogical 80000", "polling p99", "EventForge p50", "WAL KiB", ">10000<", ">0.012<"} {
 				if !bytes.Contains(b, []byte(want)) {
 					t.Errorf("%s lacks %q", f, want)
 				}

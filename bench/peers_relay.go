@@ -92,5 +92,10 @@ func (r *runner) peerRelays(ctx context.Context) (relays []peerRelay, unavailabl
 		return nil, nil, fmt.Errorf("locating own binary: %w", err)
 	}
 	relays = []peerRelay{eventforgePeer{binary: r.binary}, pollingPeer{self: self}}
-	return relays, map[string]string{"Debezium": "not yet part of the peers phase"}, nil
+	dbz, err := newDebeziumPeer(ctx, r.cfg.StateDir, r.logger)
+	if err != nil {
+		r.logger.Warn("debezium peer unavailable", "err", err)
+		return relays, map[string]string{"Debezium": err.Error()}, nil
+	}
+	return append(relays, dbz), nil, nil
 }

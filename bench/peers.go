@@ -51,8 +51,9 @@ type relayDrain struct {
 	PeakRSSBytes    int64   `json:"relay_peak_rss_bytes"`
 	// RelayCPUPer1000 is the relay process's CPU seconds, start-up included.
 	RelayCPUPer1000 float64 `json:"relay_cpu_seconds_per_1000_events"`
-	// PostgresCPUPer1000 is every postgres process's CPU seconds during the
-	// drain (autovacuum included).
+	// PostgresCPUPer1000 is the CPU seconds of the stack's PostgreSQL
+	// cluster during the drain: every process of it, autovacuum and the
+	// backends it reaped included.
 	PostgresCPUPer1000 float64 `json:"postgres_cpu_seconds_per_1000_events"`
 	// WALBytesPer1000 is the WAL the cluster wrote during the drain.
 	WALBytesPer1000 float64 `json:"wal_bytes_per_1000_events"`
@@ -176,7 +177,11 @@ func (r *runner) drainPeer(ctx context.Context, relay peerRelay, db *peerDB, top
 	if err != nil {
 		return nil, err
 	}
-	cpuBefore := sampleCPU(nil)
+	postmaster, err := postmasterPID(ctx, db.pool)
+	if err != nil {
+		return nil, err
+	}
+	cpuBefore, pgBefore := sampleCPU(nil), clusterCPU(postmaster)
 	start := time.Now()
 	c, err := relay.Start(ctx, db, topic, r.logDir)
 	if err != nil {
@@ -202,7 +207,7 @@ func (r *runner) drainPeer(ctx context.Context, relay peerRelay, db *peerDB, top
 		return c, err
 	}
 	secs := time.Since(start).Seconds()
-	cpuAfter := sampleCPU(pids)
+	cpuAfter, pgAfter := sampleCPU(pids), clusterCPU(postmaster)
 	u, err := c.sample()
 	if err != nil {
 		return c, fmt.Errorf("sampling %s: %w", relay.Name(), err)
@@ -212,7 +217,7 @@ func (r *runner) drainPeer(ctx context.Context, relay peerRelay, db *peerDB, top
 		return c, err
 	}
 	per1000 := func(v float64) float64 { return v / float64(events) * 1000 }
-	pgCPU := (cpuAfter.by[cpuPostgres] - cpuBefore.by[cpuPostgres]).Seconds()
+	pgCPU := (pgAfter - pgBefore).Seconds()
 	*d = relayDrain{Events: events, Seconds: secs, EventsPerSec: float64(events) / secs, FirstRecordSecs: d.FirstRecordSecs,
 		PeakRSSBytes: u.PeakRSSBytes, RelayCPUPer1000: per1000(u.CPU.Seconds()),
 		PostgresCPUPer1000: per1000(pgCPU), WALBytesPer1000: per1000(float64(walAfter - walBefore))}

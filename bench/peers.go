@@ -155,7 +155,7 @@ func (r *runner) measurePeer(ctx context.Context, relay peerRelay, reference boo
 		recvlogical = float64(events) / secs
 	}
 	for _, rate := range r.sz.peerRates {
-		lat, err := r.peerLatency(ctx, db, topic, c, rate)
+		lat, err := r.peerLatency(ctx, relay.Name(), db, topic, c, rate)
 		if err != nil {
 			return fig, 0, err
 		}
@@ -227,8 +227,9 @@ func (r *runner) drainPeer(ctx context.Context, relay peerRelay, db *peerDB, top
 
 // peerLatency offers rate orders per second to db with pgbench (open loop)
 // while the relay runs, waits until every order is in Kafka, and measures
-// commit → append for each.
-func (r *runner) peerLatency(ctx context.Context, db *peerDB, topic string, c *child, rate int) (relayLatency, error) {
+// commit → append for each; where the cores went meanwhile joins the CPU
+// by phase.
+func (r *runner) peerLatency(ctx context.Context, relay string, db *peerDB, topic string, c *child, rate int) (relayLatency, error) {
 	lat := relayLatency{OfferedPerSec: rate}
 	kr, err := kafkaread.New(r.env.endpoints.KafkaBootstrap)
 	if err != nil {
@@ -249,7 +250,10 @@ func (r *runner) peerLatency(ctx context.Context, db *peerDB, topic string, c *c
 	secs := int(r.sz.rateDuration.Seconds())
 	// 16 clients keep up with 2,000 transactions per second with room to
 	// spare; pgbench's -R schedules them as a Poisson process.
+	pids := map[int]string{c.cmd.Process.Pid: relay}
+	cpuBefore := sampleCPU(pids)
 	tps, err := runPgbench(ctx, db.dsn, r.logDir, "-c", "16", "-R", strconv.Itoa(rate), "-T", strconv.Itoa(secs))
+	r.res.CPU = append(r.res.CPU, coresBetween(fmt.Sprintf("peers: %s at %d/s", relay, rate), cpuBefore, sampleCPU(pids)))
 	if err != nil {
 		return lat, fmt.Errorf("offering %d orders/s: %w", rate, err)
 	}

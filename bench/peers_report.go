@@ -126,6 +126,12 @@ func (res *Results) printPeersSection(w io.Writer) {
 			fmt.Fprintf(w, "   %s: not measured — %s\n", names[i], why)
 		}
 	}
+	fmt.Fprintf(w, "   cores used of %d, by group, during each measurement:\n", res.CPUs)
+	for _, pc := range res.CPU {
+		if strings.HasPrefix(pc.Phase, "peers: ") {
+			fmt.Fprintf(w, "   %-32s %s\n", strings.TrimPrefix(pc.Phase, "peers: "), pc)
+		}
+	}
 }
 
 // rates returns every offered load measured, in the order first seen.

@@ -33,7 +33,7 @@ type Config struct {
 	// Phases selects the phases to run, for working on one component; a
 	// full run (the default) is what the figures mean.
 	// peers (the relays side by side, make bench-peers) is not among the
-	// defaults: it adds about ten minutes (docs/bench.md).
+	// defaults: it adds about six minutes (docs/bench.md).
 	Phases []string `name:"phases" help:"Run only these phases: postgres, api, drain, apply, e2e, peers (apply needs drain; e2e needs api, drain and apply; peers, the relays side by side, runs only when named)." default:"postgres,api,drain,apply,e2e" enum:"postgres,api,drain,apply,e2e,peers"`
 	// Keep leaves the benchmark's database, slot and topic in place.
 	Keep bool `name:"keep" help:"Keep the benchmark database, slot and topic afterwards."`

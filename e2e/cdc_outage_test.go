@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
@@ -101,17 +99,8 @@ func storedInCommitOrder(t testing.TB, env *testenv.Env) []storedEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rows, _ := env.Pool.Query(ctx, `SELECT id::text, aggregateid,
+	return collectStored(ctx, t, env.Pool, `SELECT id::text, aggregateid,
 		(row_number() OVER (PARTITION BY aggregateid ORDER BY created_at, id) - 1)::int FROM outbox`)
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) {
-		var e storedEvent
-		err := r.Scan(&e.id, &e.order, &e.seq)
-		return e, err
-	})
-	if err != nil {
-		t.Fatalf("reading outbox: %v", err)
-	}
-	return evs
 }
 
 // windowKafkaOutageOrdering: orders are created and cancelled (two events of

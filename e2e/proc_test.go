@@ -170,8 +170,11 @@ func newPipelineOn(t testing.TB, env *testenv.Env) *pipeline {
 	return &pipeline{env: env, grpcAddr: testkit.FreeAddr(t), httpAddr: testkit.FreeAddr(t)}
 }
 
-func (pl *pipeline) startAPI(t testing.TB) *proc {
-	p := start(t, "api", nil, "api",
+// startAPI starts the api on the pipeline's addresses and waits until it is
+// ready; env adds environment variables (e.g. the OTLP endpoint).
+func (pl *pipeline) startAPI(t testing.TB, env ...string) *proc {
+	t.Helper()
+	p := start(t, "api", env, "api",
 		"--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
 	testenv.Eventually(t, 30*time.Second, "api ready", func() error {
 		select {

@@ -214,7 +214,10 @@ func TestCheckDeliveriesGraceAndPrunedOutbox(t *testing.T) {
 
 func TestDefaultConsumersAreEveryConsumer(t *testing.T) {
 	got := DefaultConsumers()
-	want := map[string]string{"fulfillment": "eventforge-fulfillment", "ledger": "eventforge-ledger"}
+	want := registry.DefaultGroups()
+	if want["fulfillment"] != "eventforge-fulfillment" || want["ledger"] != "eventforge-ledger" {
+		t.Fatalf("registry groups %v lack fulfillment or ledger with their default groups", want)
+	}
 	if len(got) != len(want) {
 		t.Fatalf("default consumers %v, want %v", got, want)
 	}

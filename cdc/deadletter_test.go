@@ -243,12 +243,7 @@ func TestDeadLetterTable(t *testing.T) {
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, env.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	w := tableWriter{ctl: &control{conn: conn}, table: pgx.Identifier{"public", "cdc_dead_letters"}, slot: env.Slot}
+	w := tableWriter{ctl: testControl(ctx, t, env), table: pgx.Identifier{"public", "cdc_dead_letters"}, slot: env.Slot}
 	ev := &decode.Event{ID: "0195f5a8-0000-7000-8000-000000000001", AggregateType: contract.AggregateOrder, AggregateID: "o-1", Type: contract.TypeOrderCreated,
 		Payload: []byte(`{"order_id":"o-1"}`), HeadersJSON: `{"n": 1}`, CreatedAt: "2026-11-30 05:00:01.5+00"}
 	cause := kafka.NewError(kafka.ErrMsgSizeTooLarge, "Broker: Message size too large", false)
@@ -262,7 +257,7 @@ func TestDeadLetterTable(t *testing.T) {
 		attempts                  int
 		created                   time.Time
 	)
-	err = conn.QueryRow(ctx, `SELECT lsn::text, topic, headers, error_code, attempts, created_at FROM cdc_dead_letters WHERE event_id = $1`, ev.ID).
+	err := w.ctl.conn.QueryRow(ctx, `SELECT lsn::text, topic, headers, error_code, attempts, created_at FROM cdc_dead_letters WHERE event_id = $1`, ev.ID).
 		Scan(&lsn, &topic, &headers, &code, &attempts, &created)
 	if err != nil {
 		t.Fatal(err)

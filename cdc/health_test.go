@@ -72,16 +72,11 @@ func TestControlClosed(t *testing.T) {
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, env.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	ctl := &control{conn: conn}
+	ctl := testControl(ctx, t, env)
 	if ok, err := tryLock(ctx, ctl, env.Slot); err != nil || !ok {
 		t.Fatalf("tryLock = %v, %v", ok, err)
 	}
-	err = ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `SELECT 1 / 0`)
 		return err
 	})
@@ -90,7 +85,7 @@ func TestControlClosed(t *testing.T) {
 	}
 	var held bool
 	if err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND granted)`,
-		conn.PgConn().PID()).Scan(&held); err != nil || !held {
+		ctl.conn.PgConn().PID()).Scan(&held); err != nil || !held {
 		t.Fatalf("leadership lock held after a refused statement: %v (%v)", held, err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -102,4 +97,16 @@ func TestControlClosed(t *testing.T) {
 	if err == nil || !ctl.closed() {
 		t.Fatalf("after a timed-out statement: err %v, closed %v; want the connection closed", err, ctl.closed())
 	}
+}
+
+// testControl opens a control connection to the test's database, closed
+// when the test ends.
+func testControl(ctx context.Context, t *testing.T, env *testenv.Env) *control {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, env.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return &control{conn: conn}
 }

@@ -79,12 +79,7 @@ func TestCheckpointRoundKeepsUnconfirmedRows(t *testing.T) {
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, env.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	ctl := &control{conn: conn}
+	ctl := testControl(ctx, t, env)
 	r := &reader{
 		cfg:         Config{Slot: env.Slot, OutboxRetention: time.Minute, PruneBatch: 2},
 		logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -42,8 +42,9 @@ type Config struct {
 	DLQTopic string `name:"console-dlq-topic" help:"Dead-letter topic shown by the console (default <topic>.dlq)."`
 	// Slot is the replication slot of the CDC reader.
 	Slot string `name:"console-slot" help:"Replication slot shown by the console." default:"${slot}"`
-	// Consumers maps consumer names to their Kafka groups; by default the
-	// consumer the drills drive (DrilledConsumer) with its default group.
+	// Consumers maps consumer names to their Kafka groups; by default every
+	// registered consumer (consumer/registry) with its default group. The
+	// drills need DrilledConsumer among them.
 	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"${console_consumers}"`
 	// MetricsSources maps a component name to a Prometheus text endpoint the
 	// console scrapes for the figures only that component knows (replication
@@ -68,7 +69,7 @@ func DefaultConfig() Config {
 		KafkaBrokers:   contract.KafkaBrokers,
 		Topic:          contract.Topic,
 		Slot:           contract.Slot,
-		Consumers:      map[string]string{DrilledConsumer: registry.DefaultGroup(DrilledConsumer)},
+		Consumers:      registry.DefaultGroups(),
 		SampleInterval: 2 * time.Second,
 		History:        900,
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // fakeProcs is a hand-written console.Processes.
@@ -65,20 +67,7 @@ func serve(t *testing.T, h http.Handler) string {
 
 func do(t *testing.T, method, url, token, body string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header
+	return testkit.Do(t, method, url, token, body)
 }
 
 func TestRoutesAccess(t *testing.T) {

@@ -53,13 +53,7 @@ func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 	if err := d.orderStep(ctx, "drill-concurrent"); err != nil {
 		return err
 	}
-	var rep *verify.OrderReport
-	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		var err error
-		rep, err = c.waitSettled(ctx, d.OrderID, nil)
-		if err != nil {
-			return err
-		}
+	if _, err := d.settledStep(ctx, c, func(ctx context.Context, f map[string]any, rep *verify.OrderReport) error {
 		return c.waitFor(ctx, "the second instance committed past the event", func() (bool, error) {
 			passed, err := c.groupPassed(ctx, racer, rep.Records)
 			f["second_group_committed"] = passed

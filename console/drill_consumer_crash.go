@@ -39,17 +39,12 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 	}); err != nil {
 		return err
 	}
-	var rep *verify.OrderReport
-	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		var err error
-		rep, err = c.waitSettled(ctx, d.OrderID, nil)
-		if err != nil {
-			return err
-		}
+	rep, err := d.settledStep(ctx, c, func(_ context.Context, f map[string]any, rep *verify.OrderReport) error {
 		f["offset_committed"] = true
 		f["records"] = rep.Records
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	return d.step(ctx, func(_ context.Context, f map[string]any) error {

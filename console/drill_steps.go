@@ -176,6 +176,20 @@ func (c *Console) auditOrder(ctx context.Context, orderID string) (*verify.Order
 	return verify.AuditOrder(ctx, c.verifyConfig(), orderID)
 }
 
+// settledStep is the step that waits until the drill's order is settled
+// (waitSettled) and then runs then with its report; it returns the report.
+func (d *drillRun) settledStep(ctx context.Context, c *Console, then func(ctx context.Context, facts map[string]any, rep *verify.OrderReport) error) (*verify.OrderReport, error) {
+	var rep *verify.OrderReport
+	err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
+		var err error
+		if rep, err = c.waitSettled(ctx, d.OrderID, nil); err != nil {
+			return err
+		}
+		return then(ctx, f, rep)
+	})
+	return rep, err
+}
+
 // waitSettled waits until every audited group committed past the order's
 // records, the fulfillment consumer applied it, and extra (if not nil)
 // holds.

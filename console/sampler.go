@@ -252,27 +252,31 @@ func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
 
 // gaugeMax is the largest value of a gauge over all sources and label sets.
 func gaugeMax(sources []map[string]*dto.MetricFamily, name string) *float64 {
-	var out *float64
-	for _, fams := range sources {
-		f, ok := fams[name]
-		if !ok {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			v := m.GetGauge().GetValue()
-			if m.GetGauge() == nil {
-				v = m.GetUntyped().GetValue()
+	return fold(sources, name, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() },
+		func(acc *float64, v float64) *float64 {
+			if acc == nil || v > *acc {
+				return ptr(v)
 			}
-			if out == nil || v > *out {
-				out = ptr(v)
-			}
-		}
-	}
-	return out
+			return acc
+		})
 }
 
 // counterSum is the sum of a counter over all sources and label sets.
 func counterSum(sources []map[string]*dto.MetricFamily, name string) *float64 {
+	return fold(sources, name, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() },
+		func(acc *float64, v float64) *float64 {
+			if acc == nil {
+				return ptr(v)
+			}
+			return ptr(*acc + v)
+		})
+}
+
+// fold combines the values of metric name over all sources and label sets;
+// value reads a typed sample, an untyped one is read as it is. It is nil
+// when no source has the metric.
+func fold(sources []map[string]*dto.MetricFamily, name string, value func(*dto.Metric) float64,
+	combine func(acc *float64, v float64) *float64) *float64 {
 	var out *float64
 	for _, fams := range sources {
 		f, ok := fams[name]
@@ -280,14 +284,11 @@ func counterSum(sources []map[string]*dto.MetricFamily, name string) *float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			v := m.GetCounter().GetValue()
-			if m.GetCounter() == nil {
+			v := value(m)
+			if m.GetGauge() == nil && m.GetCounter() == nil {
 				v = m.GetUntyped().GetValue()
 			}
-			if out == nil {
-				out = ptr(0.0)
-			}
-			*out += v
+			out = combine(out, v)
 		}
 	}
 	return out

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -108,51 +105,7 @@ func windowStandbyTakeover(t *testing.T) {
 // control connection ended.
 func sessionEnds(t testing.TB, p *proc) int {
 	t.Helper()
-	f, err := os.Open(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	n := 0
-	for sc.Scan() {
-		var line struct {
-			Msg string `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil &&
-			(line.Msg == "cdc session ended; reconnecting" || line.Msg == "cdc connection ended; reconnecting") {
-			n++
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("reading %s: %v", p.log, err)
-	}
-	return n
-}
-
-// logTime returns the time of the first JSON log line of path whose msg is
-// msg.
-func logTime(t testing.TB, path, msg string) time.Time {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Time time.Time `json:"time"`
-			Msg  string    `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
-			return line.Time
-		}
-	}
-	t.Fatalf("no %q line in %s", msg, path)
-	return time.Time{}
+	return logCount(t, p.log, "cdc session ended; reconnecting", "cdc connection ended; reconnecting")
 }
 
 // windowBrokerAndPostgresRestarts runs on a private stack: under

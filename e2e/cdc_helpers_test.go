@@ -189,7 +189,13 @@ func storedEvents(t testing.TB, pool *pgxpool.Pool) []storedEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rows, _ := pool.Query(ctx, `SELECT id::text, aggregateid, (payload->>'seq')::int FROM outbox`)
+	return collectStored(ctx, t, pool, `SELECT id::text, aggregateid, (payload->>'seq')::int FROM outbox`)
+}
+
+// collectStored reads the stored events a query returns as (id, order, seq).
+func collectStored(ctx context.Context, t testing.TB, pool *pgxpool.Pool, query string) []storedEvent {
+	t.Helper()
+	rows, _ := pool.Query(ctx, query)
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) {
 		var e storedEvent
 		err := r.Scan(&e.id, &e.order, &e.seq)

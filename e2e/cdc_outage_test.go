@@ -2,13 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
@@ -101,17 +100,8 @@ func storedInCommitOrder(t testing.TB, env *testenv.Env) []storedEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rows, _ := env.Pool.Query(ctx, `SELECT id::text, aggregateid,
+	return collectStored(ctx, t, env.Pool, `SELECT id::text, aggregateid,
 		(row_number() OVER (PARTITION BY aggregateid ORDER BY created_at, id) - 1)::int FROM outbox`)
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) {
-		var e storedEvent
-		err := r.Scan(&e.id, &e.order, &e.seq)
-		return e, err
-	})
-	if err != nil {
-		t.Fatalf("reading outbox: %v", err)
-	}
-	return evs
 }
 
 // windowKafkaOutageOrdering: orders are created and cancelled (two events of
@@ -175,13 +165,26 @@ func TestCDCShutdownWhileKafkaDown(t *testing.T) {
 	reader, metrics := cdcReader(t, env, "cdc", nil, args...)
 	first := insertEvents(ctx, t, env.Pool, 10, 5)
 	waitEventsInKafka(t, env, first, time.Minute)
+	// The producer's acknowledgements of the first events, not only their
+	// presence in the topic, come before the pause: an acknowledgement still
+	// in flight would otherwise be counted among the stalled events.
+	published := waitMetric(t, metrics, "eventforge_cdc_events_published_total", time.Minute,
+		"the first events acknowledged", func(v float64) bool { return v >= float64(len(first)) })
 
 	if err := c.Pause(0); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("broker paused (SIGSTOP)")
 	stalled := insertEvents(ctx, t, env.Pool, 10, 5)
-	waitMetric(t, metrics, "eventforge_cdc_inflight_events", time.Minute, "events waiting for the frozen broker", func(v float64) bool { return v >= 10 })
+	testenv.Eventually(t, time.Minute, "every stalled event waiting for the frozen broker", func() error {
+		inflight, _ := scrape(metrics, "eventforge_cdc_inflight_events")
+		acked, _ := scrape(metrics, "eventforge_cdc_events_published_total")
+		failed, _ := scrape(metrics, "eventforge_cdc_publish_errors_total")
+		if inflight < float64(len(stalled)) {
+			return fmt.Errorf("%v events in flight; %v acknowledged and %v failed since the pause", inflight, acked-published, failed)
+		}
+		return nil
+	})
 	if err := reader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -1,42 +1,14 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
-
-// logCount counts the JSON log lines of path whose msg is msg.
-func logCount(t testing.TB, path, msg string) int {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	n := 0
-	for sc.Scan() {
-		var line struct {
-			Msg string `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
-			n++
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("reading %s: %v", path, err)
-	}
-	return n
-}
 
 // outboxRowsOf counts the outbox rows among ids.
 func outboxRowsOf(t testing.TB, env *testenv.Env, ids []string) int {

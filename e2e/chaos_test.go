@@ -64,10 +64,7 @@ func TestChaosSoak(t *testing.T) {
 	pl := newPipeline(t)
 	lgroup := ledgerGroup(t, pl)
 	components := []*component{
-		{name: "api", start: func(g int) *proc {
-			p := start(t, fmt.Sprintf("api-%d", g), nil, "api", "--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
-			return p
-		}},
+		{name: "api", start: func(g int) *proc { return pl.apiProc(t, fmt.Sprintf("api-%d", g), nil, pl.env.DatabaseURL) }},
 		{name: "cdc", start: func(g int) *proc { return pl.startCDC(t, fmt.Sprintf("cdc-%d", g), nil) }},
 		{name: "fulfillment", start: func(g int) *proc {
 			p, _ := consumerProc(t, pl, fmt.Sprintf("fulfillment-%d", g), "fulfillment", pl.env.Group, nil)

@@ -234,19 +234,8 @@ func TestConsoleAccess(t *testing.T) {
 	}
 	status := func(method, url, token string) int {
 		t.Helper()
-		req, err := http.NewRequest(method, url, strings.NewReader(`{"mode":"run"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, url, err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _, _ := testkit.Do(t, method, url, token, `{"mode":"run"}`)
+		return code
 	}
 
 	closed := startAPI("api-closed", "--ops-token", "s3cret", "--enable-drills")

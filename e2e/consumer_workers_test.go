@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -128,21 +125,10 @@ func TestConsumerRetryingPartitionsDoNotStallOthers(t *testing.T) {
 // It only tells when to go on; the assertions are on durable rows.
 func retryingPartitions(t testing.TB, p *proc) map[int]bool {
 	t.Helper()
-	f, err := os.Open(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := map[int]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var l struct {
-			Msg       string `json:"msg"`
-			Partition *int   `json:"partition"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "event not applied; retrying" && l.Partition != nil {
-			out[*l.Partition] = true
+	for _, l := range readLog(t, p.log) {
+		if part, ok := l.Fields["partition"].(float64); ok && l.Msg == "event not applied; retrying" {
+			out[int(part)] = true
 		}
 	}
 	return out

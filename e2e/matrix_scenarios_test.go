@@ -150,9 +150,8 @@ func (l *orderLoad) finish(t *testing.T) {
 // the next order end to end.
 func windowAPICrashBeforeCommit(t *testing.T) {
 	pl := newPipeline(t)
-	crashing := start(t, "api-crashing", []string{"EVENTFORGE_FAILPOINTS=" + failpoint.APIBeforeCommit + "=crash"},
-		"api", "--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
-	testenv.Eventually(t, 30*time.Second, "api ready", func() error { return httpReady(pl.httpAddr) })
+	crashing := pl.apiProc(t, "api-crashing", []string{"EVENTFORGE_FAILPOINTS=" + failpoint.APIBeforeCommit + "=crash"}, pl.env.DatabaseURL)
+	pl.waitAPIReady(t, crashing)
 	pl.startCDC(t, "cdc", nil)
 	pl.startConsumer(t, "consumer", nil)
 

@@ -99,15 +99,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 
 	apiDSN, cdcDSN, consumerDSN := asRole(t, pl.env.DatabaseURL, "eventforge_api"),
 		asRole(t, pl.env.DatabaseURL, "eventforge_cdc"), asRole(t, pl.env.DatabaseURL, "eventforge_consumer")
-	api := start(t, "api", nil, "api", "--database-url", apiDSN, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
-	testenv.Eventually(t, 30*time.Second, "api ready", func() error {
-		select {
-		case <-api.exited:
-			return fmt.Errorf("api exited: %v", api.err)
-		default:
-		}
-		return httpReady(pl.httpAddr)
-	})
+	api := pl.apiProc(t, "api", nil, apiDSN)
+	pl.waitAPIReady(t, api)
 	cdc := start(t, "cdc", nil, "cdc", "--database-url", cdcDSN, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--slot", pl.env.Slot, "--topic", "order="+pl.env.Topic, "--no-create-slot", "--status-interval", "500ms",
 		"--heartbeat-interval", "1s", "--outbox-prune-interval", "1s")

@@ -26,8 +26,7 @@ func TestAPIServesTLS(t *testing.T) {
 	c := testkit.SelfSignedCert(t, t.TempDir(), "eventforge-api")
 	certPath, keyPath, pool := c.CertFile, c.KeyFile, c.Pool
 	pl := newPipeline(t)
-	p := start(t, "api", nil, "api", "--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr,
-		"--http-addr", pl.httpAddr, "--tls-cert-file", certPath, "--tls-key-file", keyPath)
+	p := pl.apiProc(t, "api", nil, pl.env.DatabaseURL, "--tls-cert-file", certPath, "--tls-key-file", keyPath)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	base := "https://" + pl.httpAddr
 	testenv.Eventually(t, 30*time.Second, "api ready over https", func() error {

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,22 +14,6 @@ import (
 	"github.com/eventforge/eventforge/internal/tracing/collector"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
-
-// startTracedAPI is startAPI with extra environment (the OTLP endpoint).
-func (pl *pipeline) startTracedAPI(t *testing.T, env []string) *proc {
-	t.Helper()
-	p := start(t, "api", env, "api",
-		"--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
-	testenv.Eventually(t, 30*time.Second, "api ready", func() error {
-		select {
-		case <-p.exited:
-			return fmt.Errorf("api exited: %v", p.err)
-		default:
-		}
-		return httpReady(pl.httpAddr)
-	})
-	return p
-}
 
 // traceparentParts splits a W3C traceparent into trace and span IDs.
 func traceparentParts(t *testing.T, tp string) (traceID, spanID string) {
@@ -59,7 +40,7 @@ func TestOneTraceAcrossAPICDCConsumer(t *testing.T) {
 	pl := newPipeline(t)
 	// Export every 200 ms instead of every 5 s.
 	env := []string{"EVENTFORGE_OTLP_ENDPOINT=" + col.Endpoint(), "OTEL_BSP_SCHEDULE_DELAY=200"}
-	pl.startTracedAPI(t, env)
+	pl.startAPI(t, env...)
 	pl.startCDC(t, "cdc", env)
 	pl.startConsumer(t, "consumer", env)
 
@@ -160,19 +141,8 @@ func TestOneTraceAcrossAPICDCConsumer(t *testing.T) {
 // logHasTrace reports whether a JSON log line names orderID and traceID.
 func logHasTrace(t *testing.T, path, orderID, traceID string) bool {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line map[string]any
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
-			continue
-		}
-		if line["order_id"] == orderID && line["trace_id"] == traceID {
+	for _, l := range readLog(t, path) {
+		if l.Fields["order_id"] == orderID && l.Fields["trace_id"] == traceID {
 			return true
 		}
 	}

@@ -170,9 +170,27 @@ func newPipelineOn(t testing.TB, env *testenv.Env) *pipeline {
 	return &pipeline{env: env, grpcAddr: testkit.FreeAddr(t), httpAddr: testkit.FreeAddr(t)}
 }
 
-func (pl *pipeline) startAPI(t testing.TB) *proc {
-	p := start(t, "api", nil, "api",
-		"--database-url", pl.env.DatabaseURL, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr)
+// startAPI starts the api on the pipeline's addresses and waits until it is
+// ready; env adds environment variables (e.g. the OTLP endpoint).
+func (pl *pipeline) startAPI(t testing.TB, env ...string) *proc {
+	t.Helper()
+	p := pl.apiProc(t, "api", env, pl.env.DatabaseURL)
+	pl.waitAPIReady(t, p)
+	return p
+}
+
+// apiProc starts an api process named name on the pipeline's addresses,
+// connected to dsn, with extra flags, and does not wait for it.
+func (pl *pipeline) apiProc(t testing.TB, name string, env []string, dsn string, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"api", "--database-url", dsn, "--grpc-addr", pl.grpcAddr, "--http-addr", pl.httpAddr}, extra...)
+	return start(t, name, env, args...)
+}
+
+// waitAPIReady waits until the api answers /readyz on the pipeline's HTTP
+// address, failing the test if p exits first.
+func (pl *pipeline) waitAPIReady(t testing.TB, p *proc) {
+	t.Helper()
 	testenv.Eventually(t, 30*time.Second, "api ready", func() error {
 		select {
 		case <-p.exited:
@@ -181,7 +199,6 @@ func (pl *pipeline) startAPI(t testing.TB) *proc {
 		}
 		return httpReady(pl.httpAddr)
 	})
-	return p
 }
 
 // startCDC starts a reader on the test's slot and topic. env may arm

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eventforge/eventforge/consumer/audit"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
@@ -110,7 +111,7 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 			return nil, err
 		}
 		checkConsumer(rep, name, records, committed[name], marks, dead[name], purged.ids(name))
-		eff, err := effectChecks[name](ctx, a.pool, name, attr)
+		eff, err := effectChecks[name](ctx, a.pool, name, attr.scope())
 		if err != nil {
 			return nil, fmt.Errorf("checking effects of %s: %w", name, err)
 		}
@@ -145,13 +146,13 @@ func (a *auditor) committedOffsets() (map[string]map[int32]int64, error) {
 }
 
 // addEffects adds what the effect check of consumer name found.
-func (rep *Report) addEffects(name string, eff effects) {
-	rep.BusinessChanges[name] = eff.changes
-	rep.DuplicateEffects += eff.duplicates
-	rep.MarksWithoutEffect += eff.marksWithoutEffect
-	rep.EffectsWithoutMark += eff.effectsWithoutMark
-	rep.UnattributedMarks[name] = eff.unattributed
-	for _, d := range eff.details {
+func (rep *Report) addEffects(name string, eff audit.Effects) {
+	rep.BusinessChanges[name] = eff.Changes
+	rep.DuplicateEffects += eff.Duplicates
+	rep.MarksWithoutEffect += eff.MarksWithoutEffect
+	rep.EffectsWithoutMark += eff.EffectsWithoutMark
+	rep.UnattributedMarks[name] = eff.Unattributed
+	for _, d := range eff.Details {
 		rep.violate("%s: %s", name, d)
 	}
 }

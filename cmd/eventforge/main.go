@@ -19,7 +19,6 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
@@ -78,9 +77,19 @@ func parserOptions() []kong.Option {
 			"consumer_names":          strings.Join(registry.Names(), ","),
 			"consumer_names_in_words": registry.NamesInWords(),
 			"consumer_default":        registry.DefaultName,
-			"console_consumers":       console.DrilledConsumer + "=" + registry.DefaultGroup(console.DrilledConsumer),
+			"console_consumers":       consoleConsumers(),
 		},
 	}
+}
+
+// consoleConsumers is the default of --console-consumer: every registered
+// consumer with its default group, as name=group pairs.
+func consoleConsumers() string {
+	pairs := make([]string, 0, len(registry.Names()))
+	for _, name := range registry.Names() {
+		pairs = append(pairs, name+"="+registry.DefaultGroup(name))
+	}
+	return strings.Join(pairs, ";")
 }
 
 // runEnv is what every command's Run receives.

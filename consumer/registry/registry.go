@@ -1,16 +1,16 @@
 // Package registry lists every EventForge consumer. It is the one place that
 // does: `eventforge consumer --name` takes its choices from it, `eventforge
 // dev` starts each, and verify audits each by default. A new consumer is a
-// handler package (see package engine for the Handler contract, and
-// consumertest for the suite it must pass) plus one line in consumers below;
-// verify's TestDefaultConsumersAreEveryConsumer then asks for the check of
-// its business tables (verify/effects.go).
+// handler package (see package engine for the Handler contract, consumertest
+// for the suite it must pass, and package audit for the check verify runs on
+// its business tables) plus one line in consumers below.
 package registry
 
 import (
 	"fmt"
 	"strings"
 
+	"github.com/eventforge/eventforge/consumer/audit"
 	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/consumer/fulfillment"
 	"github.com/eventforge/eventforge/consumer/ledger"
@@ -23,12 +23,15 @@ type Consumer struct {
 	Name string
 	// Handler applies its events.
 	Handler engine.Handler
+	// Audit compares its business tables with its marks (`eventforge
+	// verify`).
+	Audit audit.Check
 }
 
 // consumers is every consumer, in the order `eventforge dev` starts them.
 var consumers = []Consumer{
-	{Name: fulfillment.Name, Handler: fulfillment.Handler{}},
-	{Name: ledger.Name, Handler: ledger.Handler{}},
+	{Name: fulfillment.Name, Handler: fulfillment.Handler{}, Audit: fulfillment.Audit},
+	{Name: ledger.Name, Handler: ledger.Handler{}, Audit: ledger.Audit},
 }
 
 // DefaultName is the consumer `eventforge consumer` runs without --name.

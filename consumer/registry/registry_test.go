@@ -5,8 +5,8 @@ import "testing"
 func TestRegistry(t *testing.T) {
 	seen := map[string]bool{}
 	for _, c := range All() {
-		if c.Name == "" || c.Handler == nil {
-			t.Errorf("consumer %+v: a name and a handler are required", c)
+		if c.Name == "" || c.Handler == nil || c.Audit == nil {
+			t.Errorf("consumer %+v: a name, a handler and an audit are required", c)
 		}
 		if seen[c.Name] {
 			t.Errorf("consumer %s is registered twice", c.Name)

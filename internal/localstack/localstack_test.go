@@ -25,17 +25,8 @@ import (
 func TestUpDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-
-	// t.TempDir is mode 0700 under a 0700 parent, which the postgres user
-	// cannot traverse; /var/tmp is world-traversable.
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	log := testLogger(t)
+	dir := stackDir(t)
 	ports := testkit.FreePorts(t, 3)
 	cfg := localstack.Config{
 		StateDir:            dir,
@@ -43,16 +34,7 @@ func TestUpDown(t *testing.T) {
 		KafkaPort:           ports[1],
 		KafkaControllerPort: ports[2],
 	}
-	t.Cleanup(func() {
-		if err := localstack.Down(context.Background(), cfg, log); err != nil {
-			t.Errorf("cleanup down: %v", err)
-		}
-		if !t.Failed() {
-			os.RemoveAll(dir)
-		} else {
-			t.Logf("state dir kept for inspection: %s", dir)
-		}
-	})
+	downAtCleanup(t, cfg, log)
 
 	begin := time.Now()
 	res, err := localstack.Up(ctx, cfg, log)
@@ -110,14 +92,14 @@ func TestUpDown(t *testing.T) {
 	}
 	t.Logf("kafka pid %d rss %d MiB; postmaster pid %d rss %d MiB",
 		st.Kafka.PID, st.Kafka.RSSBytes>>20, st.Postgres.PID, st.Postgres.RSSBytes>>20)
-	procs := append(descendants(st.Postgres.PID), st.Postgres.PID, st.Kafka.PID)
+	procs := append(localstack.Descendants(st.Postgres.PID), st.Postgres.PID, st.Kafka.PID)
 
 	if err := localstack.Down(ctx, cfg, log); err != nil {
 		t.Fatalf("down: %v", err)
 	}
 	for _, pid := range procs {
-		if processExists(pid) {
-			t.Errorf("pid %d (%s) still running after down", pid, readCmdline(pid))
+		if localstack.Alive(pid) {
+			t.Errorf("pid %d (%s) still running after down", pid, localstack.Cmdline(pid))
 		}
 	}
 	if left := processesMentioning(dir); len(left) > 0 {
@@ -208,55 +190,6 @@ func checkTopic(ctx context.Context, t *testing.T, bootstrap, topic string, part
 	}
 }
 
-func processExists(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
-func readCmdline(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
-}
-
-// descendants returns the children of pid, recursively.
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], p)
-	}
-	var out []int
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			out = append(out, c)
-			walk(c)
-		}
-	}
-	walk(pid)
-	return out
-}
-
 // processesMentioning lists live processes whose command line holds s.
 func processesMentioning(s string) []string {
 	var out []string
@@ -266,11 +199,46 @@ func processesMentioning(s string) []string {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if cl := readCmdline(pid); strings.Contains(cl, s) && processExists(pid) {
+		if cl := localstack.Cmdline(pid); strings.Contains(cl, s) && localstack.Alive(pid) {
 			out = append(out, fmt.Sprintf("%d: %s", pid, cl))
 		}
 	}
 	return out
+}
+
+// testLogger logs to t.Log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// stackDir makes a state dir for a private stack. t.TempDir is mode 0700
+// under a 0700 parent, which the postgres user cannot traverse; /var/tmp is
+// world-traversable.
+func stackDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "eventforge-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// downAtCleanup stops what cfg's stack runs when the test ends and removes
+// its state dir, which a failed test keeps for inspection.
+func downAtCleanup(t *testing.T, cfg localstack.Config, log *slog.Logger) {
+	t.Cleanup(func() {
+		if err := localstack.Down(context.Background(), cfg, log); err != nil {
+			t.Errorf("cleanup down: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("state dir kept for inspection: %s", cfg.StateDir)
+			return
+		}
+		os.RemoveAll(cfg.StateDir)
+	})
 }
 
 // testWriter sends log lines to t.Log.

@@ -274,7 +274,7 @@ func stopPostgres(ctx context.Context, l layout, log *slog.Logger) error {
 		return nil // not running, or the pid was reused by another process
 	}
 	begin := time.Now()
-	procs := append(children(pid), pid)
+	procs := append(descendants(pid), pid)
 	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stopping postgres (pid %d): %w", pid, err)
 	}
@@ -310,7 +310,7 @@ func killPostgres(ctx context.Context, l layout) (int, error) {
 	if !isPostmasterOf(pid, l) {
 		return 0, fmt.Errorf("killing postgres of %s: it does not run", l.pgData)
 	}
-	procs := append(children(pid), pid)
+	procs := append(descendants(pid), pid)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return pid, fmt.Errorf("killing postgres (pid %d): %w", pid, err)
 	}

@@ -72,13 +72,13 @@ func waitGone(ctx context.Context, pid int, timeout time.Duration) bool {
 	}
 }
 
-// children returns the pids whose parent is pid.
-func children(pid int) []int {
+// descendants returns the children of pid, recursively.
+func descendants(pid int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var out []int
+	children := map[int][]int{}
 	for _, e := range entries {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -93,10 +93,20 @@ func children(pid int) []int {
 		if i < 0 {
 			continue
 		}
-		if f := strings.Fields(s[i+1:]); len(f) >= 2 && f[1] == strconv.Itoa(pid) {
-			out = append(out, p)
+		if f := strings.Fields(s[i+1:]); len(f) >= 2 {
+			ppid, _ := strconv.Atoi(f[1])
+			children[ppid] = append(children[ppid], p)
 		}
 	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
 	return out
 }
 

@@ -122,7 +122,7 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 
 	// Reserve WAL from now on: the standby starts from the shutdown
 	// checkpoint below and connects a moment after the primary restarts.
-	if err := execAdmin(ctx, ep.AdminDSN,
+	if err := ExecOnce(ctx, ep.AdminDSN,
 		`SELECT pg_create_physical_replication_slot($1, true) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`,
 		sc.Name); err != nil {
 		return nil, fmt.Errorf("creating physical slot %s on the primary: %w", sc.Name, err)
@@ -208,12 +208,12 @@ func waitStandby(ctx context.Context, adminDSN string, sc StandbyConfig, sl layo
 		sets = append(sets, fmt.Sprintf(`ALTER SYSTEM SET synchronized_standby_slots = '%s'`, sc.Name))
 	}
 	for _, stmt := range sets {
-		if err := execAdmin(ctx, adminDSN, stmt); err != nil {
+		if err := ExecOnce(ctx, adminDSN, stmt); err != nil {
 			return fmt.Errorf("configuring the primary for standby %s (%s): %w", sc.Name, stmt, err)
 		}
 	}
 	if len(sets) > 0 {
-		if err := execAdmin(ctx, adminDSN, `SELECT pg_reload_conf()`); err != nil {
+		if err := ExecOnce(ctx, adminDSN, `SELECT pg_reload_conf()`); err != nil {
 			return fmt.Errorf("reloading the primary's settings: %w", err)
 		}
 	}
@@ -326,8 +326,8 @@ func KillPostgres(ctx context.Context, cfg Config) (int, error) {
 	return killPostgres(ctx, newLayoutFor(cfg.StateDir, cfg.PGVersion))
 }
 
-// execAdmin runs one statement on dsn.
-func execAdmin(ctx context.Context, dsn, sql string, args ...any) error {
+// ExecOnce runs one statement on a new connection to dsn (at most 30 s).
+func ExecOnce(ctx context.Context, dsn, sql string, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)

@@ -2,7 +2,6 @@ package localstack_test
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,24 +22,9 @@ import (
 func TestPostgresVersionsSideBySide(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := localstack.Down(context.Background(), localstack.Config{StateDir: dir, PGVersion: 15}, log); err != nil {
-			t.Errorf("cleanup down: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("state dir kept for inspection: %s", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
+	log := testLogger(t)
+	dir := stackDir(t)
+	downAtCleanup(t, localstack.Config{StateDir: dir, PGVersion: 15}, log)
 
 	versions := []int{15, 16, 18}
 	ports := testkit.FreePorts(t, len(versions)+2)

@@ -114,7 +114,7 @@ func (s *Standby) WaitSlotSynced(t testing.TB, slot string, timeout time.Duratio
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
 	Eventually(t, timeout, "slot "+slot+" synced and not temporary on the standby", func() error {
-		if err := execOnce(ctx, s.p.Endpoints.AdminDSN, `SELECT pg_log_standby_snapshot()`); err != nil {
+		if err := localstack.ExecOnce(ctx, s.p.Endpoints.AdminDSN, `SELECT pg_log_standby_snapshot()`); err != nil {
 			return fmt.Errorf("logging a standby snapshot on the primary: %w", err)
 		}
 		conn, err := pgx.Connect(ctx, s.Endpoints.AdminDSN)
@@ -164,15 +164,4 @@ func MultiHostDSN(t testing.TB, dsn string, ports ...int) string {
 	q.Set("target_session_attrs", "primary")
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-// execOnce runs one statement on a new connection to dsn.
-func execOnce(ctx context.Context, dsn, sql string, args ...any) error {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql, args...)
-	return err
 }

@@ -40,6 +40,13 @@ type Config struct {
 	// Binary is the eventforge binary whose api, cdc and consumer run as
 	// the measured processes; empty means eventforge beside this binary.
 	Binary string `name:"binary" help:"The eventforge binary whose api, cdc and consumer are measured (default: eventforge beside this binary)."`
+	// PeerRelays, PeerRates, PeerBacklog and PeerDuration narrow the peers
+	// phase to some relays and loads, for working on one relay; the table
+	// of a full peers phase is what the figures mean.
+	PeerRelays   []string      `name:"peer-relays" help:"Peers phase: measure only these relays." enum:"EventForge,polling,Debezium" default:"EventForge,polling,Debezium"`
+	PeerRates    []int         `name:"peer-rates" help:"Peers phase: offered loads in orders/s (default 500,2000; 100 with --smoke)."`
+	PeerBacklog  int           `name:"peer-backlog" help:"Peers phase: backlog each relay drains (default 200000; 2000 with --smoke)."`
+	PeerDuration time.Duration `name:"peer-duration" help:"Peers phase: how long each load is offered (default 30s; 3s with --smoke)."`
 }
 
 // binary returns the eventforge binary the components run from.
@@ -69,16 +76,34 @@ type sizes struct {
 	rateDuration time.Duration
 	batchSize    int
 	peerRates    []int // offered loads of the peers phase
+	peerBacklog  int   // backlog each relay of the peers phase drains
+	peerDuration time.Duration
 }
 
 func sizesFor(smoke bool) sizes {
 	if smoke {
 		return sizes{pgClients: []int{8}, pgDuration: 2 * time.Second, apiClients: 8, apiDuration: 2 * time.Second,
-			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50, peerRates: []int{100}}
+			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50, peerRates: []int{100},
+			peerBacklog: 2_000, peerDuration: 3 * time.Second}
 	}
 	return sizes{pgClients: []int{8, 16, 32}, pgDuration: 10 * time.Second, apiClients: 32, apiDuration: 15 * time.Second,
 		backlog: 200_000, rates: []int{250, 500, 1000, 2000}, rateDuration: 30 * time.Second, batchSize: 100,
-		peerRates: []int{500, 2000}}
+		peerRates: []int{500, 2000}, peerBacklog: 200_000, peerDuration: 30 * time.Second}
+}
+
+// forPeers applies the peers phase's narrowing flags (Config.PeerRates,
+// PeerBacklog, PeerDuration); the other phases keep their sizes.
+func (sz sizes) forPeers(cfg Config) sizes {
+	if len(cfg.PeerRates) > 0 {
+		sz.peerRates = cfg.PeerRates
+	}
+	if cfg.PeerBacklog > 0 {
+		sz.peerBacklog = cfg.PeerBacklog
+	}
+	if cfg.PeerDuration > 0 {
+		sz.peerDuration = cfg.PeerDuration
+	}
+	return sz
 }
 
 // Results is one run's figures; its JSON form is written to OutDir.
@@ -195,7 +220,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	sz := sizesFor(cfg.Smoke)
+	sz := sizesFor(cfg.Smoke).forPeers(cfg)
 	started := time.Now()
 	stamp := started.UTC().Format("20060102T150405Z")
 	outDir := cfg.OutDir

@@ -33,7 +33,10 @@ func newDebeziumPeer(ctx context.Context, stateDir string, logger *slog.Logger) 
 }
 
 // Name labels the relay.
-func (*debeziumPeer) Name() string { return "Debezium" }
+func (*debeziumPeer) Name() string { return debeziumName }
+
+// debeziumName labels the Debezium peer.
+const debeziumName = "Debezium"
 
 // Version names what runs.
 func (*debeziumPeer) Version() string {

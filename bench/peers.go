@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,8 @@ type peersResult struct {
 	Relays            []relayFigures `json:"relays"`
 	// Unavailable names each relay that could not be set up, with why.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
+	// Skipped names each relay --peer-relays left out.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // relayFigures is what the peers phase measured of one relay.
@@ -76,7 +79,12 @@ func (r *runner) peersPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res := &peersResult{Backlog: r.sz.backlog, Unavailable: unavailable}
+	res := &peersResult{Backlog: r.sz.peerBacklog, Unavailable: unavailable}
+	for _, name := range peerColumns {
+		if len(r.cfg.PeerRelays) > 0 && !slices.Contains(r.cfg.PeerRelays, name) {
+			res.Skipped = append(res.Skipped, name)
+		}
+	}
 	r.res.Peers = res
 	for i, relay := range relays {
 		r.logger.Info("peer relay", "relay", relay.Name())
@@ -120,7 +128,7 @@ func (r *runner) measurePeer(ctx context.Context, relay peerRelay, reference boo
 	if !r.cfg.Keep {
 		defer r.env.deleteTopics(topic)
 	}
-	if err := commitOrders(ctx, db.dsn, r.logDir, r.sz.backlog); err != nil {
+	if err := commitOrders(ctx, db.dsn, r.logDir, r.sz.peerBacklog); err != nil {
 		return fig, 0, fmt.Errorf("committing the backlog: %w", err)
 	}
 	var events int
@@ -247,7 +255,7 @@ func (r *runner) peerLatency(ctx context.Context, relay string, db *peerDB, topi
 	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&committed); err != nil {
 		return lat, err
 	}
-	secs := int(r.sz.rateDuration.Seconds())
+	secs := int(r.sz.peerDuration.Seconds())
 	// 16 clients keep up with 2,000 transactions per second with room to
 	// spare; pgbench's -R schedules them as a Poisson process.
 	pids := map[int]string{c.cmd.Process.Pid: relay}

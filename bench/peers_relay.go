@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -91,11 +92,19 @@ func (r *runner) peerRelays(ctx context.Context) (relays []peerRelay, unavailabl
 	if err != nil {
 		return nil, nil, fmt.Errorf("locating own binary: %w", err)
 	}
-	relays = []peerRelay{eventforgePeer{binary: r.binary}, pollingPeer{self: self}}
+	want := func(name string) bool { return len(r.cfg.PeerRelays) == 0 || slices.Contains(r.cfg.PeerRelays, name) }
+	for _, relay := range []peerRelay{eventforgePeer{binary: r.binary}, pollingPeer{self: self}} {
+		if want(relay.Name()) {
+			relays = append(relays, relay)
+		}
+	}
+	if !want(debeziumName) {
+		return relays, nil, nil
+	}
 	dbz, err := newDebeziumPeer(ctx, r.cfg.StateDir, r.logger)
 	if err != nil {
 		r.logger.Warn("debezium peer unavailable", "err", err)
-		return relays, map[string]string{"Debezium": err.Error()}, nil
+		return relays, map[string]string{debeziumName: err.Error()}, nil
 	}
 	return append(relays, dbz), nil, nil
 }

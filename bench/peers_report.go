@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -120,7 +121,10 @@ func (res *Results) printPeersSection(w io.Writer) {
 	for i, f := range figs {
 		if f == nil {
 			why := res.Peers.Unavailable[names[i]]
-			if why == "" {
+			switch {
+			case slices.Contains(res.Peers.Skipped, names[i]):
+				why = "left out by --peer-relays"
+			case why == "":
 				why = "the peers phase did not run it"
 			}
 			fmt.Fprintf(w, "   %s: not measured — %s\n", names[i], why)

@@ -3,6 +3,7 @@ package bench
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestSelectPhases(t *testing.T) {
@@ -31,5 +32,19 @@ func TestSelectPhases(t *testing.T) {
 				t.Fatalf("order %v (set %v), want %v", order, selected, tt.want)
 			}
 		})
+	}
+}
+
+func TestSizesForPeers(t *testing.T) {
+	sz := sizesFor(false).forPeers(Config{})
+	if !slices.Equal(sz.peerRates, []int{500, 2000}) || sz.peerBacklog != 200_000 || sz.peerDuration != 30*time.Second {
+		t.Fatalf("defaults: rates %v, backlog %d, duration %s", sz.peerRates, sz.peerBacklog, sz.peerDuration)
+	}
+	sz = sizesFor(false).forPeers(Config{PeerRates: []int{2000}, PeerBacklog: 5000, PeerDuration: 20 * time.Second})
+	if !slices.Equal(sz.peerRates, []int{2000}) || sz.peerBacklog != 5000 || sz.peerDuration != 20*time.Second {
+		t.Fatalf("narrowed: rates %v, backlog %d, duration %s", sz.peerRates, sz.peerBacklog, sz.peerDuration)
+	}
+	if sz.backlog != 200_000 {
+		t.Fatalf("the drain phase's backlog changed to %d", sz.backlog)
 	}
 }

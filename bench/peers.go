@@ -70,6 +70,10 @@ type relayLatency struct {
 	AchievedPerSec float64 `json:"achieved_per_sec"`
 	Orders         int     `json:"orders"`
 	CommitToAppend latency `json:"commit_to_append"`
+	// OtherCores is the cores processes outside the stack, the relay and
+	// the benchmark used during the load: above a tenth of a core the
+	// latency measures the machine's contention as much as the relay.
+	OtherCores float64 `json:"other_cores"`
 }
 
 // peersPhase runs each relay on a database and topic of its own: the same
@@ -261,7 +265,9 @@ func (r *runner) peerLatency(ctx context.Context, relay string, db *peerDB, topi
 	pids := map[int]string{c.cmd.Process.Pid: relay}
 	cpuBefore := sampleCPU(pids)
 	tps, err := runPgbench(ctx, db.dsn, r.logDir, "-c", "16", "-R", strconv.Itoa(rate), "-T", strconv.Itoa(secs))
-	r.res.CPU = append(r.res.CPU, coresBetween(fmt.Sprintf("peers: %s at %d/s", relay, rate), cpuBefore, sampleCPU(pids)))
+	cores := coresBetween(fmt.Sprintf("peers: %s at %d/s", relay, rate), cpuBefore, sampleCPU(pids))
+	r.res.CPU = append(r.res.CPU, cores)
+	lat.OtherCores = cores.Cores[cpuOther]
 	if err != nil {
 		return lat, fmt.Errorf("offering %d orders/s: %w", rate, err)
 	}

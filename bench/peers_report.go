@@ -104,6 +104,12 @@ func (p *peersResult) printPeers(w io.Writer) {
 			}
 			return "-"
 		})
+		row("  cores used by other processes meanwhile", func(f *relayFigures) string {
+			if l := find(f); l != nil {
+				return fmt.Sprintf("%.2f", l.OtherCores)
+			}
+			return "-"
+		})
 	}
 	_ = tw.Flush()
 }

@@ -13,13 +13,15 @@ func samplePeers() *peersResult {
 	lat := func(rate int, p50, p99 time.Duration) relayLatency {
 		return relayLatency{OfferedPerSec: rate, AchievedPerSec: float64(rate), Orders: rate * 30, CommitToAppend: latency{P50: p50, P99: p99}}
 	}
+	contended := lat(2000, 70*time.Millisecond, 150*time.Millisecond)
+	contended.OtherCores = 0.31
 	return &peersResult{Backlog: 200_000, RecvlogicalPerSec: 80_000, Relays: []relayFigures{
 		{Relay: "EventForge", Drain: relayDrain{Events: 200_000, Seconds: 2.5, EventsPerSec: 80_000, FirstRecordSecs: 0.1, PeakRSSBytes: 40 << 20,
 			RelayCPUPer1000: 0.012, PostgresCPUPer1000: 0.010, WALBytesPer1000: 2048},
 			Latency: []relayLatency{lat(500, 3*time.Millisecond, 9*time.Millisecond), lat(2000, 4*time.Millisecond, 20*time.Millisecond)}},
 		{Relay: "polling", Drain: relayDrain{Events: 200_000, Seconds: 20, EventsPerSec: 10_000, FirstRecordSecs: 0.2, PeakRSSBytes: 30 << 20,
 			RelayCPUPer1000: 0.05, PostgresCPUPer1000: 0.2, WALBytesPer1000: 300 * 1024},
-			Latency: []relayLatency{lat(500, 60*time.Millisecond, 120*time.Millisecond), lat(2000, 70*time.Millisecond, 150*time.Millisecond)}},
+			Latency: []relayLatency{lat(500, 60*time.Millisecond, 120*time.Millisecond), contended}},
 	}}
 }
 
@@ -49,6 +51,7 @@ func TestPeersTableHasAColumnPerRelay(t *testing.T) {
 		"2 KiB", "300 KiB",
 		"commit → Kafka append at 500 orders/s", "commit → Kafka append at 2000 orders/s",
 		"3.0 ms / 9.0 ms", "70.0 ms / 150.0 ms",
+		"cores used by other processes meanwhile", "0.31",
 		"Debezium: not measured — resolving its jars: offline",
 	} {
 		if !strings.Contains(text, want) {

@@ -8,34 +8,27 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/eventforge/eventforge/bench"
+	"github.com/eventforge/eventforge/internal/cli"
 	"github.com/eventforge/eventforge/internal/logging"
 )
 
-type cli struct {
+type commandLine struct {
 	LogLevel     string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
 	bench.Config `embed:""`
 }
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "eventforge-bench:", err)
-		os.Exit(1)
-	}
+	cli.Main("eventforge-bench", run)
 }
 
 func run() error {
-	var c cli
+	var c commandLine
 	kong.Parse(&c,
 		kong.Name("eventforge-bench"),
 		kong.Description("Measure EventForge's throughput, latency and memory on the local stack."),
@@ -48,11 +41,7 @@ func run() error {
 	}
 	logger = logger.With("component", "bench")
 	slog.SetDefault(logger)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	err = bench.Run(ctx, c.Config, logger)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return bench.Run(ctx, c.Config, logger)
 }

@@ -185,7 +185,7 @@ func TestCDCShutdownWhileKafkaDown(t *testing.T) {
 		}
 		return nil
 	})
-	if err := reader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := reader.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := reader.waitExit(2 * time.Minute); err != nil {
@@ -236,7 +236,7 @@ func TestCDCPostgresFastShutdownWhileKafkaDown(t *testing.T) {
 	stopping := time.Now()
 	stack.StopPostgres(t, false)
 	t.Logf("postgres stopped by a fast shutdown with the reader attached in %s", time.Since(stopping).Round(100*time.Millisecond))
-	if n := logCount(t, reader.log, "replication stopped"); n == 0 {
+	if n := logCount(t, reader.Log, "replication stopped"); n == 0 {
 		t.Error("the reader did not end its session before the server stopped")
 	}
 

@@ -114,7 +114,7 @@ func TestCDCLargeTransaction(t *testing.T) {
 		return nil
 	})
 	secs := time.Since(begin).Seconds()
-	rss, err := peakRSS(reader.cmd.Process.Pid)
+	rss, err := peakRSS(reader.Cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestCDCDrainBacklog(t *testing.T) {
 		return nil
 	})
 	secs := time.Since(begin).Seconds()
-	rss, err := peakRSS(reader.cmd.Process.Pid)
+	rss, err := peakRSS(reader.Cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -285,7 +285,7 @@ func eventforge(t testing.TB, wantExit int, args ...string) (stdout, stderr stri
 // errorLines returns the ERROR-level lines of a process log.
 func errorLines(t testing.TB, p *proc) []string {
 	t.Helper()
-	b, err := os.ReadFile(p.log)
+	b, err := os.ReadFile(p.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,8 +143,8 @@ func windowRebalance(t *testing.T) {
 	waitApplying(t, pl, marks(t, pl, "fulfillment")+300, "three instances applying")
 	second.stop()
 	third.stop()
-	if second.err != nil || third.err != nil {
-		t.Errorf("scaled-down instances exited with %v / %v, want a clean stop", second.err, third.err)
+	if second.Err() != nil || third.Err() != nil {
+		t.Errorf("scaled-down instances exited with %v / %v, want a clean stop", second.Err(), third.Err())
 	}
 	<-produced
 	wg.Wait()

@@ -87,18 +87,21 @@ func mustDrain(t *testing.T, pl *pipeline) {
 	t.Logf("durable state: %d orders, each processed once; slot and offsets at the end", orders)
 }
 
-// orderLoad creates orders over gRPC at rate per second until stopped;
+// orderLoad is order requests sent in the background until finish;
 // failures (a component down) are counted, not fatal.
 type orderLoad struct {
+	what    string // what each success did, for the log
 	stop    context.CancelFunc
 	done    sync.WaitGroup
 	ok, bad atomic.Int64
 }
 
+// startOrderLoad creates orders over gRPC at rate per second.
+
 func startOrderLoad(t *testing.T, pl *pipeline, rate int) *orderLoad {
 	client := grpcClient(t, pl.grpcAddr)
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &orderLoad{stop: cancel}
+	l := &orderLoad{what: "orders created", stop: cancel}
 	l.done.Add(1)
 	go func() {
 		defer l.done.Done()
@@ -133,7 +136,7 @@ func startOrderLoad(t *testing.T, pl *pipeline, rate int) *orderLoad {
 func (l *orderLoad) finish(t *testing.T) {
 	l.stop()
 	l.done.Wait()
-	t.Logf("load: %d orders created, %d requests failed", l.ok.Load(), l.bad.Load())
+	t.Logf("load: %d %s, %d requests failed", l.ok.Load(), l.what, l.bad.Load())
 	if l.ok.Load() == 0 {
 		t.Fatal("the load created no order")
 	}

@@ -298,6 +298,16 @@ func errorLines(t testing.TB, p *proc) []string {
 	return out
 }
 
+// noErrorLines fails the test for each process that logged at level ERROR.
+func noErrorLines(t testing.TB, procs ...*proc) {
+	t.Helper()
+	for _, p := range procs {
+		if lines := errorLines(t, p); len(lines) > 0 {
+			t.Errorf("%s logged errors: %v", p.name, lines)
+		}
+	}
+}
+
 // fulfillmentState is what PostgreSQL holds about one order for the
 // fulfillment consumer.
 type fulfillmentState struct {

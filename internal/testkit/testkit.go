@@ -1,6 +1,7 @@
 // Package testkit holds the helpers EventForge's tests share that need no
 // PostgreSQL or Kafka: free loopback addresses, a self-signed certificate,
-// and running the eventforge binary to completion. It is imported from
+// running the eventforge binary to completion, and the metrics table of
+// docs/metrics.md. It is imported from
 // _test.go files (and the test harness packages) only; depguard enforces it.
 // The stack itself is package testenv.
 package testkit

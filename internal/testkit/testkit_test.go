@@ -4,7 +4,10 @@ import (
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -43,5 +46,29 @@ func TestRun(t *testing.T) {
 	}
 	if got := RunExit(t, 0, sh, "-c", "echo fine").Stdout; got != "fine\n" {
 		t.Fatalf("RunExit stdout %q", got)
+	}
+}
+
+func TestMetricsDoc(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "metrics.md")
+	doc := "# Metrics\n\n| name | type | labels | component | meaning |\n|---|---|---|---|---|\n" +
+		"| `eventforge_consumer_events_total` | counter | `result`, `consumer` | consumer | events |\n" +
+		"| `eventforge_cdc_up` | gauge | — | cdc | up |\n" +
+		"| `eventforge_api_requests` | histogram |  | api | calls |\n" +
+		"| not_a_metric | counter | | api | skipped |\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := MetricsDoc(t, path)
+	want := map[string]MetricDoc{
+		"eventforge_consumer_events_total": {Kind: "counter", Labels: []string{"consumer", "result"}, Component: "consumer"},
+		"eventforge_cdc_up":                {Kind: "gauge", Component: "cdc"},
+		"eventforge_api_requests":          {Kind: "histogram", Component: "api"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("MetricsDoc = %+v, want %+v", got, want)
+	}
+	if real := MetricsDoc(t, "../../docs/metrics.md"); len(real) < 10 {
+		t.Errorf("docs/metrics.md: %d rows, want the whole table", len(real))
 	}
 }

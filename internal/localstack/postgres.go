@@ -313,14 +313,22 @@ func killPostgres(ctx context.Context, l layout) (int, error) {
 
 // pingPG connects to dsn and pings, within a short bound.
 func pingPG(ctx context.Context, dsn string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	return withConn(ctx, dsn, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.Ping(ctx)
+	})
+}
+
+// withConn runs f on a new connection to dsn, connecting and f's work
+// together bounded by timeout, and closes the connection.
+func withConn(ctx context.Context, dsn string, timeout time.Duration, f func(ctx context.Context, conn *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return conn.Ping(ctx)
+	return f(ctx, conn)
 }
 
 // waitPG pings dsn until it answers, the postmaster pid exits or timeout

@@ -303,6 +303,23 @@ func slotConfirmed(env *testenv.Env) (pglogrepl.LSN, error) {
 	return pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
 }
 
+// waitConfirmedPast waits up to timeout until env's slot has confirmed
+// everything before lsn (confirmed_flush_lsn at or past it); what names lsn
+// in the failure, e.g. "the last commit".
+func waitConfirmedPast(t testing.TB, env *testenv.Env, lsn pglogrepl.LSN, timeout time.Duration, what string) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "slot confirmed past "+what, func() error {
+		got, err := slotConfirmed(env)
+		if err != nil {
+			return err
+		}
+		if got < lsn {
+			return fmt.Errorf("confirmed_flush_lsn %s < %s %s", got, what, lsn)
+		}
+		return nil
+	})
+}
+
 // currentLSN returns the server's current WAL position.
 func currentLSN(t testing.TB, env *testenv.Env) pglogrepl.LSN {
 	t.Helper()

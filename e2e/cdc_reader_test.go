@@ -107,12 +107,7 @@ func TestCDCLargeTransaction(t *testing.T) {
 	insertEvents(ctx, t, env.Pool, 200_000, 1000)
 	begin := time.Now()
 	end := currentLSN(t, env)
-	testenv.Eventually(t, 5*time.Minute, "slot confirmed past the transaction", func() error {
-		if lsn, err := slotConfirmed(env); err != nil || lsn < end {
-			return fmt.Errorf("confirmed %s, transaction ends before %s (err %v)", lsn, end, err)
-		}
-		return nil
-	})
+	waitConfirmedPast(t, env, end, 5*time.Minute, "the transaction")
 	secs := time.Since(begin).Seconds()
 	rss, err := peakRSS(reader.Cmd.Process.Pid)
 	if err != nil {
@@ -155,12 +150,7 @@ func TestCDCDrainBacklog(t *testing.T) {
 
 	begin := time.Now()
 	reader, _ := cdcReader(t, env, "cdc", nil)
-	testenv.Eventually(t, 5*time.Minute, "backlog drained and confirmed", func() error {
-		if lsn, err := slotConfirmed(env); err != nil || lsn < end {
-			return fmt.Errorf("confirmed %s < backlog end %s (err %v)", lsn, end, err)
-		}
-		return nil
-	})
+	waitConfirmedPast(t, env, end, 5*time.Minute, "the backlog's end")
 	secs := time.Since(begin).Seconds()
 	rss, err := peakRSS(reader.Cmd.Process.Pid)
 	if err != nil {

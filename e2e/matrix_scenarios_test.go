@@ -69,16 +69,7 @@ func mustDrain(t *testing.T, pl *pipeline) {
 	if badShipments != 0 || badMarks != 0 {
 		t.Fatalf("of %d orders, %d do not have exactly one shipment and %d events do not have exactly one mark", orders, badShipments, badMarks)
 	}
-	testenv.Eventually(t, 60*time.Second, "slot confirmed past the last commit", func() error {
-		lsn, err := confirmedFlush(pl)
-		if err != nil {
-			return err
-		}
-		if lsn < last {
-			return fmt.Errorf("confirmed_flush_lsn %s < %s", lsn, last)
-		}
-		return nil
-	})
+	waitConfirmedPast(t, pl.env, last, 60*time.Second, "the last commit")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := testenv.WaitCommittedAtEnd(ctx, pl.env.Endpoints.KafkaBootstrap, pl.env.Group, pl.env.Topic); err != nil {

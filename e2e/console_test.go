@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/verify"
@@ -47,20 +45,12 @@ func startDev(t *testing.T, env *testenv.Env, extra ...string) (httpAddr string,
 		}
 		return httpReady(httpAddr)
 	})
-	t.Cleanup(func() { deleteTopics(t, env.Endpoints.KafkaBootstrap, env.Topic+".dlq") })
+	t.Cleanup(func() {
+		if err := testenv.DeleteTopics(env.Endpoints.KafkaBootstrap, env.Topic+".dlq"); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
 	return httpAddr, p
-}
-
-func deleteTopics(t *testing.T, bootstrap string, topics ...string) {
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "log_level": 3})
-	if err != nil {
-		t.Logf("cleanup: kafka admin: %v", err)
-		return
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, _ = a.DeleteTopics(ctx, topics)
 }
 
 // syscallKill0 reports whether pid exists (signal 0).

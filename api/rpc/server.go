@@ -163,16 +163,12 @@ func newOrder(req *eventforgev1.CreateOrderRequest, total int64, orderID, eventI
 
 // GetOrder returns one order.
 func (s *Server) GetOrder(ctx context.Context, req *eventforgev1.GetOrderRequest) (*eventforgev1.GetOrderResponse, error) {
-	violations, err := checkRules(req)
+	id, violations, err := validateOrderID(req)
 	if err != nil {
 		return nil, s.internal(ctx, "validating order id", err)
 	}
 	if len(violations) > 0 {
 		return nil, invalidArgument(violations)
-	}
-	id, err := uuid.Parse(req.GetOrderId())
-	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
-		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
 	}
 	o, err := s.store.GetOrder(ctx, id)
 	if err != nil {
@@ -214,16 +210,12 @@ func (s *Server) ListOrders(ctx context.Context, req *eventforgev1.ListOrdersReq
 // CancelOrder cancels an order and records its OrderCancelled event in the
 // same transaction; an already cancelled order is returned unchanged.
 func (s *Server) CancelOrder(ctx context.Context, req *eventforgev1.CancelOrderRequest) (*eventforgev1.CancelOrderResponse, error) {
-	violations, err := checkRules(req)
+	id, violations, err := validateOrderID(req)
 	if err != nil {
 		return nil, s.internal(ctx, "validating cancel request", err)
 	}
 	if len(violations) > 0 {
 		return nil, invalidArgument(violations)
-	}
-	id, err := uuid.Parse(req.GetOrderId())
-	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
-		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
 	}
 	eventID, err := s.newID()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"buf.build/go/protovalidate"
+	"github.com/google/uuid"
 	"golang.org/x/text/currency"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
@@ -147,6 +148,26 @@ func validateCreate(req *eventforgev1.CreateOrderRequest) (total int64, violatio
 		total += int64(it.GetQuantity()) * it.GetUnitPriceCents()
 	}
 	return total, nil, nil
+}
+
+// orderRequest is a request that names one order.
+type orderRequest interface {
+	proto.Message
+	GetOrderId() string
+}
+
+// validateOrderID checks a request that names one order against its rules
+// and, when valid, returns the order's ID.
+func validateOrderID(req orderRequest) (id uuid.UUID, violations []*errdetails.BadRequest_FieldViolation, err error) {
+	violations, err = checkRules(req)
+	if err != nil || len(violations) > 0 {
+		return uuid.Nil, violations, err
+	}
+	id, err = uuid.Parse(req.GetOrderId())
+	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
+		return uuid.Nil, []*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")}, nil
+	}
+	return id, nil, nil
 }
 
 // validateList checks a ListOrders request and returns the store query it

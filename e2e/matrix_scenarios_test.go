@@ -17,6 +17,7 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/localstack"
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -213,10 +214,7 @@ func windowAPICrashBeforeCommit(t *testing.T) {
 // disturbed.
 func startPrivateKafka(t *testing.T, n int) *localstack.KafkaCluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-kafka-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := testkit.StackDir(t, "eventforge-kafka-")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

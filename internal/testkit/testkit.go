@@ -30,6 +30,21 @@ import (
 	"github.com/eventforge/eventforge/internal/freeport"
 )
 
+// StackDir makes a new directory for a local stack's state under /var/tmp
+// (prefix starts its name), mode 0755: t.TempDir is 0700 under a 0700
+// parent, which the postgres user cannot traverse. The caller removes it.
+func StackDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // FreeAddr returns a free loopback address that no other FreeAddr or
 // FreePorts call of the test binary returned (package freeport).
 func FreeAddr(t testing.TB) string {

@@ -72,3 +72,18 @@ func TestMetricsDoc(t *testing.T) {
 		t.Errorf("docs/metrics.md: %d rows, want the whole table", len(real))
 	}
 }
+
+func TestStackDir(t *testing.T) {
+	dir := StackDir(t, "eventforge-testkit-")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.IsDir() || fi.Mode().Perm() != 0o755 {
+		t.Errorf("%s: mode %v, want a directory with mode 0755", dir, fi.Mode())
+	}
+	if filepath.Dir(dir) != "/var/tmp" || !strings.HasPrefix(filepath.Base(dir), "eventforge-testkit-") {
+		t.Errorf("%s is not a new eventforge-testkit-* directory in /var/tmp", dir)
+	}
+}

@@ -181,3 +181,12 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// ErrorContains reports whether err is what a test table wants: no error
+// when want is empty, else an error whose text contains want.
+func ErrorContains(err error, want string) bool {
+	if want == "" {
+		return err == nil
+	}
+	return err != nil && strings.Contains(err.Error(), want)
+}

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"crypto/tls"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -85,5 +86,28 @@ func TestStackDir(t *testing.T) {
 	}
 	if filepath.Dir(dir) != "/var/tmp" || !strings.HasPrefix(filepath.Base(dir), "eventforge-testkit-") {
 		t.Errorf("%s is not a new eventforge-testkit-* directory in /var/tmp", dir)
+	}
+}
+
+func TestErrorContains(t *testing.T) {
+	boom := errors.New("starting kafka: port 9092 in use")
+	tests := []struct {
+		name string
+		err  error
+		want string
+		ok   bool
+	}{
+		{"no error wanted, none", nil, "", true},
+		{"no error wanted, one", boom, "", false},
+		{"error wanted, none", nil, "in use", false},
+		{"error wanted, matching", boom, "in use", true},
+		{"error wanted, other", boom, "refused", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ErrorContains(tt.err, tt.want); got != tt.ok {
+				t.Errorf("ErrorContains(%v, %q) = %v, want %v", tt.err, tt.want, got, tt.ok)
+			}
+		})
 	}
 }

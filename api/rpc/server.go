@@ -163,12 +163,9 @@ func newOrder(req *eventforgev1.CreateOrderRequest, total int64, orderID, eventI
 
 // GetOrder returns one order.
 func (s *Server) GetOrder(ctx context.Context, req *eventforgev1.GetOrderRequest) (*eventforgev1.GetOrderResponse, error) {
-	id, violations, err := validateOrderID(req)
+	id, err := s.orderID(ctx, req, "validating order id")
 	if err != nil {
-		return nil, s.internal(ctx, "validating order id", err)
-	}
-	if len(violations) > 0 {
-		return nil, invalidArgument(violations)
+		return nil, err
 	}
 	o, err := s.store.GetOrder(ctx, id)
 	if err != nil {
@@ -210,12 +207,9 @@ func (s *Server) ListOrders(ctx context.Context, req *eventforgev1.ListOrdersReq
 // CancelOrder cancels an order and records its OrderCancelled event in the
 // same transaction; an already cancelled order is returned unchanged.
 func (s *Server) CancelOrder(ctx context.Context, req *eventforgev1.CancelOrderRequest) (*eventforgev1.CancelOrderResponse, error) {
-	id, violations, err := validateOrderID(req)
+	id, err := s.orderID(ctx, req, "validating cancel request")
 	if err != nil {
-		return nil, s.internal(ctx, "validating cancel request", err)
-	}
-	if len(violations) > 0 {
-		return nil, invalidArgument(violations)
+		return nil, err
 	}
 	eventID, err := s.newID()
 	if err != nil {

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -156,18 +157,23 @@ type orderRequest interface {
 	GetOrderId() string
 }
 
-// validateOrderID checks a request that names one order against its rules
-// and, when valid, returns the order's ID.
-func validateOrderID(req orderRequest) (id uuid.UUID, violations []*errdetails.BadRequest_FieldViolation, err error) {
-	violations, err = checkRules(req)
-	if err != nil || len(violations) > 0 {
-		return uuid.Nil, violations, err
+// orderID checks a request that names one order against its rules and
+// returns the order's ID, or the gRPC error to answer with: InvalidArgument
+// with the field violations, or Internal (logged as what) when the rules
+// could not be evaluated.
+func (s *Server) orderID(ctx context.Context, req orderRequest, what string) (uuid.UUID, error) {
+	violations, err := checkRules(req)
+	if err != nil {
+		return uuid.Nil, s.internal(ctx, what, err)
 	}
-	id, err = uuid.Parse(req.GetOrderId())
+	if len(violations) > 0 {
+		return uuid.Nil, invalidArgument(violations)
+	}
+	id, err := uuid.Parse(req.GetOrderId())
 	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
-		return uuid.Nil, []*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")}, nil
+		return uuid.Nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
 	}
-	return id, nil, nil
+	return id, nil
 }
 
 // validateList checks a ListOrders request and returns the store query it

@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/eventforge/eventforge/cdc"
@@ -33,9 +31,9 @@ type deadLettersListCmd struct {
 }
 
 func (c *deadLettersListCmd) Run(env *runEnv) error {
-	conn, err := pgx.Connect(env.ctx, c.DatabaseURL)
+	conn, err := connectPG(env, c.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("connecting to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(env.ctx))
 	dls, err := cdc.ListDeadLetters(env.ctx, conn, c.Table, !c.All)

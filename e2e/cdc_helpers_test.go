@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventforge/eventforge/contract"
-	"github.com/eventforge/eventforge/internal/childproc"
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/schema"
@@ -76,12 +75,6 @@ func waitMetric(t testing.TB, addr, metric string, timeout time.Duration, what s
 		return nil
 	})
 	return last
-}
-
-// peakRSS returns VmHWM of pid in bytes.
-func peakRSS(pid int) (int64, error) {
-	u, err := childproc.ReadUsage(pid)
-	return u.PeakRSSBytes, err
 }
 
 // insertEvents commits one transaction holding n outbox events, spread over

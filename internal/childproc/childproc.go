@@ -91,6 +91,8 @@ type Usage struct {
 	PeakRSSBytes int64
 	// CPU is its user plus system CPU time.
 	CPU time.Duration
+	// Threads is how many threads it has now (Go's and C libraries' alike).
+	Threads int
 }
 
 // ReadUsage reads the resource use of the running process pid from /proc.
@@ -102,6 +104,9 @@ func ReadUsage(pid int) (Usage, error) {
 	}
 	if u.PeakRSSBytes, err = peakRSS(status); err != nil {
 		return u, fmt.Errorf("reading /proc/%d/status: %w", pid, err)
+	}
+	if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid)); err == nil {
+		u.Threads = len(tasks)
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

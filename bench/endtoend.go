@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/childproc"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
@@ -31,7 +32,7 @@ func (r *runner) endToEndPhase(ctx context.Context) error {
 	}
 	defer closeGRPC()
 
-	before := map[string]usage{}
+	before := map[string]childproc.Usage{}
 	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {
 		if before[name], err = c.sample(); err != nil {
 			return fmt.Errorf("sampling %s: %w", name, err)
@@ -115,7 +116,7 @@ func (r *runner) offerRate(ctx context.Context, create creator, rate int) (rateR
 
 // componentUsage records each component's peak memory and the CPU it used
 // since before, per 1000 orders.
-func (r *runner) componentUsage(before map[string]usage, totalOrders int) error {
+func (r *runner) componentUsage(before map[string]childproc.Usage, totalOrders int) error {
 	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {
 		after, err := c.sample()
 		if err != nil {

@@ -199,12 +199,12 @@ func (r *runner) drainPeer(ctx context.Context, relay peerRelay, db *peerDB, top
 	if err != nil {
 		return nil, err
 	}
-	pids := map[int]string{c.cmd.Process.Pid: relay.Name()}
+	pids := map[int]string{c.Cmd.Process.Pid: relay.Name()}
 	// Every 20 ms: a drain of 200,000 events by EventForge's reader takes
 	// about 3 s, and the end offsets cost the broker little to answer.
 	err = waitEvery(ctx, 15*time.Minute, 20*time.Millisecond, relay.Name()+" published the backlog", func() (bool, error) {
-		if !c.running() {
-			return false, fmt.Errorf("%s exited; see %s", relay.Name(), c.log)
+		if !c.Running() {
+			return false, fmt.Errorf("%s exited; see %s", relay.Name(), c.Log)
 		}
 		n, err := topicRecords(kr, topic)
 		if err != nil {
@@ -262,7 +262,7 @@ func (r *runner) peerLatency(ctx context.Context, relay string, db *peerDB, topi
 	secs := int(r.sz.peerDuration.Seconds())
 	// 16 clients keep up with 2,000 transactions per second with room to
 	// spare; pgbench's -R schedules them as a Poisson process.
-	pids := map[int]string{c.cmd.Process.Pid: relay}
+	pids := map[int]string{c.Cmd.Process.Pid: relay}
 	cpuBefore := sampleCPU(pids)
 	tps, err := runPgbench(ctx, db.dsn, r.logDir, "-c", "16", "-R", strconv.Itoa(rate), "-T", strconv.Itoa(secs))
 	cores := coresBetween(fmt.Sprintf("peers: %s at %d/s", relay, rate), cpuBefore, sampleCPU(pids))
@@ -278,8 +278,8 @@ func (r *runner) peerLatency(ctx context.Context, relay string, db *peerDB, topi
 	}
 	committed = total - committed
 	err = waitFor(ctx, 5*time.Minute, fmt.Sprintf("the orders of %d/s in Kafka", rate), func() (bool, error) {
-		if !c.running() {
-			return false, fmt.Errorf("relay exited; see %s", c.log)
+		if !c.Running() {
+			return false, fmt.Errorf("relay exited; see %s", c.Log)
 		}
 		n, err := topicRecords(kr, topic)
 		return err == nil && n >= before+committed, nil

@@ -72,8 +72,8 @@ func (r *runner) settle(ctx context.Context) error {
 func (r *runner) children() map[int]string {
 	m := map[int]string{}
 	for name, c := range map[string]*child{"api": r.api, "cdc": r.cdc, "consumer": r.consumer} {
-		if c != nil && c.running() {
-			m[c.cmd.Process.Pid] = name
+		if c != nil && c.Running() {
+			m[c.Cmd.Process.Pid] = name
 		}
 	}
 	return m
@@ -137,8 +137,8 @@ func (r *runner) apiPhase(ctx context.Context) error {
 		return err
 	}
 	if err := waitFor(ctx, time.Minute, "api ready", func() (bool, error) {
-		if !r.api.running() {
-			return false, fmt.Errorf("api exited; see %s", r.api.log)
+		if !r.api.Running() {
+			return false, fmt.Errorf("api exited; see %s", r.api.Log)
 		}
 		resp, err := http.Get("http://" + r.httpAddr + "/readyz")
 		if err != nil {
@@ -233,8 +233,8 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	profiled := r.cdc.profileCPU(r.logDir, "drain", 10*time.Second)
 	defer profiled()
 	err = waitFor(ctx, 10*time.Minute, "slot confirmed the backlog", func() (bool, error) {
-		if !r.cdc.running() {
-			return false, fmt.Errorf("cdc exited; see %s", r.cdc.log)
+		if !r.cdc.Running() {
+			return false, fmt.Errorf("cdc exited; see %s", r.cdc.Log)
 		}
 		confirmed, _, err := r.slotLag(ctx)
 		return err == nil && confirmed >= target, nil
@@ -301,8 +301,8 @@ func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyR
 	profiled := c.profileCPU(r.logDir, "apply", 10*time.Second)
 	defer profiled()
 	err = waitFor(ctx, 30*time.Minute, "consumer reached the end of the topic", func() (bool, error) {
-		if !c.running() {
-			return false, fmt.Errorf("consumer exited; see %s", c.log)
+		if !c.Running() {
+			return false, fmt.Errorf("consumer exited; see %s", c.Log)
 		}
 		committed, err := kr.Committed(group, r.env.topic)
 		if err != nil {

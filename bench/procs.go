@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,21 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
+	"github.com/eventforge/eventforge/internal/childproc"
 	"github.com/eventforge/eventforge/internal/freeport"
 )
 
 // child is one eventforge component run by the benchmark as a separate
 // process of the eventforge binary, so its memory and CPU are its own.
 type child struct {
-	name   string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
+	*childproc.Process
+	name string
 	// pprofAddr serves the child's runtime profiles; empty unless the run
 	// profiles.
 	pprofAddr string
@@ -42,84 +36,19 @@ func startChild(binary, dir, name string, profile bool, args ...string) (*child,
 		}
 		args = append([]string{"--pprof-addr", pprofAddr}, args...)
 	}
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
+	p, err := childproc.Start(exec.Command(binary, args...), filepath.Join(dir, name+".log"))
 	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, log: logPath, exited: make(chan struct{}), pprofAddr: pprofAddr}
-	go func() { _ = cmd.Wait(); f.Close(); close(c.exited) }()
-	return c, nil
-}
-
-func (c *child) running() bool {
-	select {
-	case <-c.exited:
-		return false
-	default:
-		return true
-	}
+	return &child{Process: p, name: name, pprofAddr: pprofAddr}, nil
 }
 
 // stop sends SIGTERM and waits up to 20 s, then SIGKILL.
-func (c *child) stop() {
-	if !c.running() {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(20 * time.Second):
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-		<-c.exited
-	}
-}
-
-// usage is a process's resource use as the kernel accounts it.
-type usage struct {
-	PeakRSSBytes int64         // VmHWM
-	CPU          time.Duration // user + system
-}
+func (c *child) stop() { c.Stop(20 * time.Second) }
 
 // sample reads /proc for the child. It must be called while it runs.
-func (c *child) sample() (usage, error) {
-	return procUsage(c.cmd.Process.Pid)
-}
-
-func procUsage(pid int) (usage, error) {
-	var u usage
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return u, err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			u.PeakRSSBytes = kb * 1024
-		}
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return u, err
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 (1-based), in clock ticks of 1/100 s on Linux.
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(fields) > 12 {
-		ut, _ := strconv.ParseInt(fields[11], 10, 64)
-		st, _ := strconv.ParseInt(fields[12], 10, 64)
-		u.CPU = time.Duration(ut+st) * 10 * time.Millisecond
-	}
-	return u, nil
+func (c *child) sample() (childproc.Usage, error) {
+	return childproc.ReadUsage(c.Cmd.Process.Pid)
 }
 
 // waitFor polls cond every 100 ms until it reports true, fails, or ctx ends.
@@ -180,7 +109,7 @@ func (c *child) fetchProfile(what, path string) {
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		resp, err = http.Get("http://" + c.pprofAddr + "/debug/pprof/" + what)
-		if err == nil || time.Now().After(deadline) || !c.running() {
+		if err == nil || time.Now().After(deadline) || !c.Running() {
 			break
 		}
 	}

@@ -1,9 +1,10 @@
 package consumer
 
 import (
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -27,15 +28,8 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			tt.mutate(&c)
-			err := c.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)
+			if err := c.Validate(); !testkit.ErrorContains(err, tt.wantErr) {
+				t.Fatalf("error %v, want one mentioning %q (none if empty)", err, tt.wantErr)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,45 +12,9 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/eventforge/eventforge/internal/testkit"
 )
-
-// docMetric is one row of docs/metrics.md.
-type docMetric struct {
-	kind      string // counter, gauge, histogram
-	labels    []string
-	component string
-}
-
-var docRowRE = regexp.MustCompile("^\\| `(eventforge_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\| ([a-z]+) \\|")
-
-// documentedMetrics parses the metrics table of docs/metrics.md.
-func documentedMetrics(t *testing.T) map[string]docMetric {
-	t.Helper()
-	f, err := os.Open("../docs/metrics.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string]docMetric{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m := docRowRE.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		var labels []string
-		for _, l := range strings.Split(m[3], ",") {
-			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" && l != "—" {
-				labels = append(labels, l)
-			}
-		}
-		out[m[1]] = docMetric{kind: m[2], labels: labels, component: m[4]}
-	}
-	if len(out) == 0 {
-		t.Fatal("docs/metrics.md: no metric rows found")
-	}
-	return out
-}
 
 var (
 	metricRE = regexp.MustCompile(`\beventforge_[a-z0-9_]+\b`)
@@ -62,22 +25,22 @@ var (
 
 // checkQuery reports metrics in expr that docs/metrics.md does not list and
 // labels in by (…) that none of its metrics has. It returns the metrics.
-func checkQuery(t *testing.T, where, expr string, docs map[string]docMetric) []string {
+func checkQuery(t *testing.T, where, expr string, docs map[string]testkit.MetricDoc) []string {
 	t.Helper()
 	var names []string
 	labels := map[string]bool{"instance": true, "job": true}
 	for _, name := range metricRE.FindAllString(expr, -1) {
 		base := name
 		if d, ok := docs[name]; ok {
-			for _, l := range d.labels {
+			for _, l := range d.Labels {
 				labels[l] = true
 			}
 		} else {
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 				b := strings.TrimSuffix(name, suffix)
-				if d, ok := docs[b]; ok && d.kind == "histogram" && b != name {
+				if d, ok := docs[b]; ok && d.Kind == "histogram" && b != name {
 					base = b
-					for _, l := range d.labels {
+					for _, l := range d.Labels {
 						labels[l] = true
 					}
 					if suffix == "_bucket" {
@@ -162,7 +125,7 @@ type panel struct {
 const dashboardFile = "grafana/dashboards/eventforge-replication-delivery.json"
 
 func TestGrafanaDashboardQueriesDocumentedMetrics(t *testing.T) {
-	docs := documentedMetrics(t)
+	docs := testkit.MetricsDoc(t, "../docs/metrics.md")
 	b, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +272,7 @@ func headingAnchors(t *testing.T, path string) map[string]bool {
 }
 
 func TestAlertRules(t *testing.T) {
-	docs := documentedMetrics(t)
+	docs := testkit.MetricsDoc(t, "../docs/metrics.md")
 	anchors := headingAnchors(t, "../docs/operations.md")
 	var rf ruleFile
 	readYAML(t, "prometheus/rules/eventforge.rules.yml", &rf)

@@ -22,7 +22,7 @@ func windowStandbyTakeover(t *testing.T) {
 	standby, standbyMetrics := cdcReader(t, env, "cdc-b", nil)
 	testenv.Eventually(t, 30*time.Second, "second reader waits as standby", func() error {
 		if !strings.Contains(standby.tail(50), "waiting as standby") {
-			return fmt.Errorf("no standby line in %s", standby.log)
+			return fmt.Errorf("no standby line in %s", standby.Log)
 		}
 		return nil
 	})
@@ -59,7 +59,7 @@ func windowStandbyTakeover(t *testing.T) {
 	l := startLoad(env.Pool, 50, 2*time.Millisecond)
 	waitMetric(t, activeMetrics, "eventforge_cdc_events_published_total", 30*time.Second, "first reader publishing", func(v float64) bool { return v >= 500 })
 
-	if err := active.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := active.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -86,7 +86,7 @@ func windowStandbyTakeover(t *testing.T) {
 	close(stop)
 	<-sampled
 
-	started := logTime(t, standby.log, "replication started; this process publishes")
+	started := logTime(t, standby.Log, "replication started; this process publishes")
 	if !started.After(killed) {
 		t.Errorf("standby started publishing at %s, before the active reader was killed at %s", started.Format(time.RFC3339Nano), killed.Format(time.RFC3339Nano))
 	}
@@ -105,7 +105,7 @@ func windowStandbyTakeover(t *testing.T) {
 // control connection ended.
 func sessionEnds(t testing.TB, p *proc) int {
 	t.Helper()
-	return logCount(t, p.log, "cdc session ended; reconnecting", "cdc connection ended; reconnecting")
+	return logCount(t, p.Log, "cdc session ended; reconnecting", "cdc connection ended; reconnecting")
 }
 
 // windowBrokerAndPostgresRestarts runs on a private stack: under
@@ -143,8 +143,8 @@ func windowBrokerAndPostgresRestarts(t *testing.T) {
 	commits, errs := l.stop()
 
 	select {
-	case <-reader.exited:
-		t.Fatalf("reader exited: %v", reader.err)
+	case <-reader.Exited():
+		t.Fatalf("reader exited: %v", reader.Err())
 	default:
 	}
 	c := waitDelivered(t, env, 3*time.Minute)

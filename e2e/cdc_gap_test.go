@@ -86,7 +86,7 @@ func windowSlotLost(t *testing.T) {
 
 	// Freeze the reader, drop its slot and create it again at the current
 	// position while orders keep committing, then let the reader go on.
-	if err := reader.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := reader.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -101,7 +101,7 @@ func windowSlotLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOrdersCommitted(t, pl, 200)
-	if err := reader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := reader.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	waitMetric(t, metrics, "eventforge_cdc_gap_recoveries_total", 2*time.Minute, "gap of the recreated slot recovered", func(v float64) bool { return v >= 2 })
@@ -115,13 +115,13 @@ func windowSlotLost(t *testing.T) {
 		t.Fatalf("gap recoveries %v, want 2", recoveries)
 	}
 	t.Logf("gap recoveries: 2; events republished: %v (first %v, second %v)", republished, firstRepublished, republished-firstRepublished)
-	log, err := os.ReadFile(reader.log)
+	log, err := os.ReadFile(reader.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"the replication slot is missing", "it was recreated"} {
 		if !strings.Contains(string(log), want) {
-			t.Fatalf("reader log %s does not name the gap %q", reader.log, want)
+			t.Fatalf("reader log %s does not name the gap %q", reader.Log, want)
 		}
 	}
 }
@@ -213,12 +213,12 @@ func windowSlotInvalidated(t *testing.T) {
 	mustVerify(t, pl)
 	_, republished := gapRecoveries(t, metrics)
 	t.Logf("invalidated slot recovered; events republished: %v", republished)
-	log, err := os.ReadFile(restarted.log)
+	log, err := os.ReadFile(restarted.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(log), "the replication slot was invalidated") {
-		t.Fatalf("reader log %s does not name the invalidated slot", restarted.log)
+		t.Fatalf("reader log %s does not name the invalidated slot", restarted.Log)
 	}
 }
 

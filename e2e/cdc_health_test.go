@@ -40,7 +40,7 @@ func windowUnhealthyLeader(t *testing.T) {
 	standby, standbyMetrics := cdcReader(t, env, "cdc-standby", nil, flags...)
 	testenv.Eventually(t, 30*time.Second, "second reader waits as standby", func() error {
 		if !strings.Contains(standby.tail(50), "waiting as standby") {
-			return fmt.Errorf("no standby line in %s", standby.log)
+			return fmt.Errorf("no standby line in %s", standby.Log)
 		}
 		return nil
 	})
@@ -79,7 +79,7 @@ func windowUnhealthyLeader(t *testing.T) {
 	if v, _ := scrape(leaderMetrics, "eventforge_cdc_active"); v != 0 {
 		t.Errorf("old leader active = %v, want 0", v)
 	}
-	if n := logCount(t, leader.log, "leadership released: this reader cannot publish; a standby may take over"); n == 0 {
+	if n := logCount(t, leader.Log, "leadership released: this reader cannot publish; a standby may take over"); n == 0 {
 		t.Error("the leader did not log giving up the leadership")
 	}
 	t.Logf("standby published every event %.1f s after the commit (bound %s)", published.Seconds(), unhealthyAfter+10*time.Second)

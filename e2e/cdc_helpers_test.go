@@ -3,11 +3,9 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,23 +75,6 @@ func waitMetric(t testing.TB, addr, metric string, timeout time.Duration, what s
 		return nil
 	})
 	return last
-}
-
-// peakRSS returns VmHWM of pid in bytes.
-func peakRSS(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc status")
 }
 
 // insertEvents commits one transaction holding n outbox events, spread over
@@ -313,6 +294,23 @@ func slotConfirmed(env *testenv.Env) (pglogrepl.LSN, error) {
 		return 0, err
 	}
 	return pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
+}
+
+// waitConfirmedPast waits up to timeout until env's slot has confirmed
+// everything before lsn (confirmed_flush_lsn at or past it); what names lsn
+// in the failure, e.g. "the last commit".
+func waitConfirmedPast(t testing.TB, env *testenv.Env, lsn pglogrepl.LSN, timeout time.Duration, what string) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "slot confirmed past "+what, func() error {
+		got, err := slotConfirmed(env)
+		if err != nil {
+			return err
+		}
+		if got < lsn {
+			return fmt.Errorf("confirmed_flush_lsn %s < %s %s", got, what, lsn)
+		}
+		return nil
+	})
 }
 
 // currentLSN returns the server's current WAL position.

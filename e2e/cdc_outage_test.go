@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,21 +20,15 @@ var outageProducerFlags = []string{
 	"--kafka-producer-setting", "socket.timeout.ms=2000",
 }
 
-// createCancelLoad creates orders from several workers until stopped; each
-// worker cancels the order it created in its previous round, so an order's
-// two events (Created, then Cancelled one round later) are produced apart,
-// and a failure that split them — Created lost, Cancelled delivered — would
-// show as Cancelled first. Failed requests are counted.
-type createCancelLoad struct {
-	stop        context.CancelFunc
-	done        sync.WaitGroup
-	pairs, errs atomic.Int64
-}
-
-func startCreateCancelLoad(t *testing.T, pl *pipeline, workers int, pause time.Duration) *createCancelLoad {
+// startCreateCancelLoad creates orders from several workers until finish;
+// each worker cancels the order it created in its previous round, so an
+// order's two events (Created, then Cancelled one round later) are produced
+// apart, and a failure that split them — Created lost, Cancelled delivered —
+// would show as Cancelled first. Failed requests are counted.
+func startCreateCancelLoad(t *testing.T, pl *pipeline, workers int, pause time.Duration) *orderLoad {
 	client := grpcClient(t, pl.grpcAddr)
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &createCancelLoad{stop: cancel}
+	l := &orderLoad{what: "orders created and cancelled", stop: cancel}
 	for range workers {
 		l.done.Go(func() {
 			// Not cancelled by stop: finish returns after the last
@@ -55,9 +47,9 @@ func startCreateCancelLoad(t *testing.T, pl *pipeline, workers int, pause time.D
 					_, err := client.CancelOrder(ctx, &eventforgev1.CancelOrderRequest{OrderId: previous, Reason: "outage drill"})
 					return err
 				}); err != nil {
-					l.errs.Add(1)
+					l.bad.Add(1)
 				} else {
-					l.pairs.Add(1)
+					l.ok.Add(1)
 				}
 				previous = ""
 			}
@@ -71,7 +63,7 @@ func startCreateCancelLoad(t *testing.T, pl *pipeline, workers int, pause time.D
 					return err
 				})
 				if err != nil {
-					l.errs.Add(1)
+					l.bad.Add(1)
 				}
 				cancelPrevious()
 				previous = created
@@ -83,15 +75,6 @@ func startCreateCancelLoad(t *testing.T, pl *pipeline, workers int, pause time.D
 		})
 	}
 	return l
-}
-
-func (l *createCancelLoad) finish(t *testing.T) {
-	l.stop()
-	l.done.Wait()
-	t.Logf("load: %d orders created and cancelled, %d requests failed", l.pairs.Load(), l.errs.Load())
-	if l.pairs.Load() == 0 {
-		t.Fatal("the load created no order")
-	}
 }
 
 // storedInCommitOrder reads every outbox row with its rank among the rows of
@@ -123,14 +106,14 @@ func windowKafkaOutageOrdering(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("broker paused (SIGSTOP)")
-	before := load.pairs.Load()
+	before := load.ok.Load()
 	// The length of the fault, not a wait for the system: orders keep
 	// being created and cancelled while the broker answers nothing.
 	time.Sleep(20 * time.Second)
 	if err := c.Resume(0); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("broker resumed (SIGCONT); %d orders created and cancelled during the outage", load.pairs.Load()-before)
+	t.Logf("broker resumed (SIGCONT); %d orders created and cancelled during the outage", load.ok.Load()-before)
 	waitApplying(t, pl, marks(t, pl, "fulfillment")+100, "the pipeline applying again after the resume")
 	load.finish(t)
 
@@ -185,7 +168,7 @@ func TestCDCShutdownWhileKafkaDown(t *testing.T) {
 		}
 		return nil
 	})
-	if err := reader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := reader.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := reader.waitExit(2 * time.Minute); err != nil {
@@ -236,7 +219,7 @@ func TestCDCPostgresFastShutdownWhileKafkaDown(t *testing.T) {
 	stopping := time.Now()
 	stack.StopPostgres(t, false)
 	t.Logf("postgres stopped by a fast shutdown with the reader attached in %s", time.Since(stopping).Round(100*time.Millisecond))
-	if n := logCount(t, reader.log, "replication stopped"); n == 0 {
+	if n := logCount(t, reader.Log, "replication stopped"); n == 0 {
 		t.Error("the reader did not end its session before the server stopped")
 	}
 

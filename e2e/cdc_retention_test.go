@@ -73,14 +73,14 @@ func TestCDCRetentionStall(t *testing.T) {
 	for range 10 {
 		during = append(during, insertEvents(ctx, t, env.Pool, 3, 3)...)
 	}
-	paused := logCount(t, reader.log, "outbox pruning paused: not publishing")
+	paused := logCount(t, reader.Log, "outbox pruning paused: not publishing")
 	// The length of the fault, not a wait for the system: the rows age
 	// well past the retention while nothing can be published.
 	time.Sleep(10 * time.Second)
 	if n := outboxRowsOf(t, env, during); n != len(during) {
 		t.Errorf("during the stall %d of %d unpublished rows were deleted", len(during)-n, len(during))
 	}
-	if more := logCount(t, reader.log, "outbox pruning paused: not publishing") - paused; more == 0 {
+	if more := logCount(t, reader.Log, "outbox pruning paused: not publishing") - paused; more == 0 {
 		t.Error("the pruner never ran during the stall")
 	}
 	var oldest float64

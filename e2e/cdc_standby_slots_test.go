@@ -50,8 +50,8 @@ func TestCDCWaitsForStandbySlots(t *testing.T) {
 		t.Cleanup(resume)
 		ids := insertEvents(ctx, t, env.Pool, events, 5)
 		testenv.Eventually(t, time.Minute, "reader says it waits for the standby", func() error {
-			if logCount(t, reader.log, logMsg) == 0 {
-				return fmt.Errorf("no line %q in %s yet", logMsg, reader.log)
+			if logCount(t, reader.Log, logMsg) == 0 {
+				return fmt.Errorf("no line %q in %s yet", logMsg, reader.Log)
 			}
 			return nil
 		})

@@ -51,8 +51,8 @@ func (c *component) kill() {
 	c.mu.Lock()
 	p := c.cur
 	c.mu.Unlock()
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.exited
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	<-p.Exited()
 }
 
 // TestChaosSoak offers load for the configured duration while a random

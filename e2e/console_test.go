@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/verify"
@@ -41,26 +39,18 @@ func startDev(t *testing.T, env *testenv.Env, extra ...string) (httpAddr string,
 	p := start(t, "dev", nil, args...)
 	testenv.Eventually(t, 60*time.Second, "dev ready", func() error {
 		select {
-		case <-p.exited:
-			return fmt.Errorf("dev exited: %v", p.err)
+		case <-p.Exited():
+			return fmt.Errorf("dev exited: %v", p.Err())
 		default:
 		}
 		return httpReady(httpAddr)
 	})
-	t.Cleanup(func() { deleteTopics(t, env.Endpoints.KafkaBootstrap, env.Topic+".dlq") })
+	t.Cleanup(func() {
+		if err := testenv.DeleteTopics(env.Endpoints.KafkaBootstrap, env.Topic+".dlq"); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
 	return httpAddr, p
-}
-
-func deleteTopics(t *testing.T, bootstrap string, topics ...string) {
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "log_level": 3})
-	if err != nil {
-		t.Logf("cleanup: kafka admin: %v", err)
-		return
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, _ = a.DeleteTopics(ctx, topics)
 }
 
 // syscallKill0 reports whether pid exists (signal 0).
@@ -214,7 +204,7 @@ func TestConsoleAccess(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Errorf("%v eventforge %s: %v, want exit status 1", open.env, strings.Join(args, " "), err)
 		}
-		if out, _ := os.ReadFile(p.log); !strings.Contains(string(out), "not a loopback address") || !strings.Contains(string(out), "--ops-token") {
+		if out, _ := os.ReadFile(p.Log); !strings.Contains(string(out), "not a loopback address") || !strings.Contains(string(out), "--ops-token") {
 			t.Errorf("%v eventforge %s: refused without naming --ops-token and the address:\n%s", open.env, strings.Join(args, " "), out)
 		}
 	}
@@ -224,8 +214,8 @@ func TestConsoleAccess(t *testing.T) {
 		p := start(t, name, nil, args...)
 		testenv.Eventually(t, 30*time.Second, name+" ready", func() error {
 			select {
-			case <-p.exited:
-				return fmt.Errorf("%s exited: %v", name, p.err)
+			case <-p.Exited():
+				return fmt.Errorf("%s exited: %v", name, p.Err())
 			default:
 			}
 			return httpReady(httpAddr)
@@ -283,7 +273,7 @@ func TestConsoleDevLifecycle(t *testing.T) {
 	env := testenv.New(t)
 	addr, dev := startDev(t, env)
 	testenv.Eventually(t, 30*time.Second, "URLs printed", func() error {
-		b, _ := os.ReadFile(dev.log)
+		b, _ := os.ReadFile(dev.Log)
 		if !strings.Contains(string(b), "Console        http://"+addr+"/ui/") {
 			return fmt.Errorf("no console URL in the output yet")
 		}
@@ -320,11 +310,11 @@ func TestConsoleDevLifecycle(t *testing.T) {
 	if err := second.waitExit(30 * time.Second); err == nil {
 		t.Fatal("a second dev on the same database and slot started")
 	}
-	if b, _ := os.ReadFile(second.log); !strings.Contains(string(b), "already runs") {
+	if b, _ := os.ReadFile(second.Log); !strings.Contains(string(b), "already runs") {
 		t.Fatalf("second dev did not say why it refused:\n%s", b)
 	}
 
-	if err := dev.cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := dev.Cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
 	if err := dev.waitExit(60 * time.Second); err != nil {

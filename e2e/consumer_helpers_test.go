@@ -285,7 +285,7 @@ func eventforge(t testing.TB, wantExit int, args ...string) (stdout, stderr stri
 // errorLines returns the ERROR-level lines of a process log.
 func errorLines(t testing.TB, p *proc) []string {
 	t.Helper()
-	b, err := os.ReadFile(p.log)
+	b, err := os.ReadFile(p.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +296,16 @@ func errorLines(t testing.TB, p *proc) []string {
 		}
 	}
 	return out
+}
+
+// noErrorLines fails the test for each process that logged at level ERROR.
+func noErrorLines(t testing.TB, procs ...*proc) {
+	t.Helper()
+	for _, p := range procs {
+		if lines := errorLines(t, p); len(lines) > 0 {
+			t.Errorf("%s logged errors: %v", p.name, lines)
+		}
+	}
 }
 
 // fulfillmentState is what PostgreSQL holds about one order for the

@@ -93,11 +93,7 @@ func windowConcurrentDuplicate(t *testing.T) {
 	if conflicts < 1 {
 		t.Errorf("idempotency conflicts %v: the deliveries did not overlap", conflicts)
 	}
-	for _, p := range []*proc{a, b} {
-		if lines := errorLines(t, p); len(lines) > 0 {
-			t.Errorf("%s logged errors: %v", p.name, lines)
-		}
-	}
+	noErrorLines(t, a, b)
 	verifyDuplicatesPlanted(t, pl)
 }
 
@@ -143,8 +139,8 @@ func windowRebalance(t *testing.T) {
 	waitApplying(t, pl, marks(t, pl, "fulfillment")+300, "three instances applying")
 	second.stop()
 	third.stop()
-	if second.err != nil || third.err != nil {
-		t.Errorf("scaled-down instances exited with %v / %v, want a clean stop", second.err, third.err)
+	if second.Err() != nil || third.Err() != nil {
+		t.Errorf("scaled-down instances exited with %v / %v, want a clean stop", second.Err(), third.Err())
 	}
 	<-produced
 	wg.Wait()
@@ -165,11 +161,7 @@ func windowRebalance(t *testing.T) {
 	if es := readDLQEntries(t, pl, topic); len(es) != 0 {
 		t.Errorf("DLQ holds %d records", len(es))
 	}
-	for _, p := range []*proc{first, second, third} {
-		if lines := errorLines(t, p); len(lines) > 0 {
-			t.Errorf("%s logged errors: %v", p.name, lines)
-		}
-	}
+	noErrorLines(t, first, second, third)
 	verifyConsumersOnly(t, pl)
 }
 

@@ -126,7 +126,7 @@ func TestConsumerRetryingPartitionsDoNotStallOthers(t *testing.T) {
 func retryingPartitions(t testing.TB, p *proc) map[int]bool {
 	t.Helper()
 	out := map[int]bool{}
-	for _, l := range readLog(t, p.log) {
+	for _, l := range readLog(t, p.Log) {
 		if part, ok := l.Fields["partition"].(float64); ok && l.Msg == "event not applied; retrying" {
 			out[int(part)] = true
 		}

@@ -131,16 +131,7 @@ func TestHappyPath(t *testing.T) {
 		}
 	}
 
-	testenv.Eventually(t, 30*time.Second, "slot confirmed_flush_lsn passes the last commit", func() error {
-		lsn, err := confirmedFlush(pl)
-		if err != nil {
-			return err
-		}
-		if lsn < lastCommit {
-			return fmt.Errorf("confirmed_flush_lsn %s < last commit %s", lsn, lastCommit)
-		}
-		return nil
-	})
+	waitConfirmedPast(t, pl.env, lastCommit, 30*time.Second, "the last commit")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -198,16 +189,7 @@ func windowRelayCrashAfterAck(t *testing.T) {
 	if d := readDurable(t, pl, orderID, eventID); d.marks != 1 || d.shipments != 1 {
 		t.Fatalf("after two deliveries: processed_events rows %d, shipments %d; want exactly 1 and 1", d.marks, d.shipments)
 	}
-	testenv.Eventually(t, 30*time.Second, "slot confirmed past the commit after restart", func() error {
-		lsn, err := confirmedFlush(pl)
-		if err != nil {
-			return err
-		}
-		if lsn < commitLSN {
-			return fmt.Errorf("confirmed_flush_lsn %s < commit %s", lsn, commitLSN)
-		}
-		return nil
-	})
+	waitConfirmedPast(t, pl.env, commitLSN, 30*time.Second, "the commit, after the restart")
 	mustVerify(t, pl)
 }
 

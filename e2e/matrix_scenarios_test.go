@@ -17,6 +17,7 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/localstack"
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
 
@@ -69,16 +70,7 @@ func mustDrain(t *testing.T, pl *pipeline) {
 	if badShipments != 0 || badMarks != 0 {
 		t.Fatalf("of %d orders, %d do not have exactly one shipment and %d events do not have exactly one mark", orders, badShipments, badMarks)
 	}
-	testenv.Eventually(t, 60*time.Second, "slot confirmed past the last commit", func() error {
-		lsn, err := confirmedFlush(pl)
-		if err != nil {
-			return err
-		}
-		if lsn < last {
-			return fmt.Errorf("confirmed_flush_lsn %s < %s", lsn, last)
-		}
-		return nil
-	})
+	waitConfirmedPast(t, pl.env, last, 60*time.Second, "the last commit")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := testenv.WaitCommittedAtEnd(ctx, pl.env.Endpoints.KafkaBootstrap, pl.env.Group, pl.env.Topic); err != nil {
@@ -87,18 +79,21 @@ func mustDrain(t *testing.T, pl *pipeline) {
 	t.Logf("durable state: %d orders, each processed once; slot and offsets at the end", orders)
 }
 
-// orderLoad creates orders over gRPC at rate per second until stopped;
+// orderLoad is order requests sent in the background until finish;
 // failures (a component down) are counted, not fatal.
 type orderLoad struct {
+	what    string // what each success did, for the log
 	stop    context.CancelFunc
 	done    sync.WaitGroup
 	ok, bad atomic.Int64
 }
 
+// startOrderLoad creates orders over gRPC at rate per second.
+
 func startOrderLoad(t *testing.T, pl *pipeline, rate int) *orderLoad {
 	client := grpcClient(t, pl.grpcAddr)
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &orderLoad{stop: cancel}
+	l := &orderLoad{what: "orders created", stop: cancel}
 	l.done.Add(1)
 	go func() {
 		defer l.done.Done()
@@ -133,7 +128,7 @@ func startOrderLoad(t *testing.T, pl *pipeline, rate int) *orderLoad {
 func (l *orderLoad) finish(t *testing.T) {
 	l.stop()
 	l.done.Wait()
-	t.Logf("load: %d orders created, %d requests failed", l.ok.Load(), l.bad.Load())
+	t.Logf("load: %d %s, %d requests failed", l.ok.Load(), l.what, l.bad.Load())
 	if l.ok.Load() == 0 {
 		t.Fatal("the load created no order")
 	}
@@ -219,10 +214,7 @@ func windowAPICrashBeforeCommit(t *testing.T) {
 // disturbed.
 func startPrivateKafka(t *testing.T, n int) *localstack.KafkaCluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-kafka-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := testkit.StackDir(t, "eventforge-kafka-")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

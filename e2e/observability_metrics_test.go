@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -41,44 +40,6 @@ func scrapeMetrics(url string) (map[string]*dto.MetricFamily, error) {
 		return nil, fmt.Errorf("parsing %s: %w", url, err)
 	}
 	return fams, nil
-}
-
-// documented is one row of docs/metrics.md.
-type documented struct {
-	kind      string
-	labels    []string
-	component string
-}
-
-var metricsDocRow = regexp.MustCompile("^\\| `(eventforge_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\| ([a-z]+) \\|")
-
-func readMetricsDoc(t *testing.T) map[string]documented {
-	t.Helper()
-	f, err := os.Open("../docs/metrics.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string]documented{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m := metricsDocRow.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		var labels []string
-		for _, l := range strings.Split(m[3], ",") {
-			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" {
-				labels = append(labels, l)
-			}
-		}
-		sort.Strings(labels)
-		out[m[1]] = documented{kind: m[2], labels: labels, component: m[4]}
-	}
-	if len(out) == 0 {
-		t.Fatal("docs/metrics.md: no metric rows")
-	}
-	return out
 }
 
 // labelSets maps "family/label" to the set of values seen.
@@ -166,7 +127,7 @@ var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 // queried by the alert rules and the Grafana dashboard are all exported, and
 // the metrics endpoints answer the Kubernetes probes.
 func TestMetricsCardinalityUnderLoad(t *testing.T) {
-	doc := readMetricsDoc(t)
+	doc := testkit.MetricsDoc(t, "../docs/metrics.md")
 	pl := newPipeline(t)
 	pl.startAPI(t)
 	cdcAddr, consumerAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
@@ -260,7 +221,7 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 				return err
 			}
 			for name, d := range doc {
-				if d.component == comp && fams[name] == nil {
+				if d.Component == comp && fams[name] == nil {
 					missing = append(missing, comp+":"+name)
 				}
 			}
@@ -283,12 +244,12 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 				continue
 			}
 			d, ok := doc[name]
-			if !ok || d.component != comp {
+			if !ok || d.Component != comp {
 				t.Errorf("%s exports %s, which docs/metrics.md does not list for %s", comp, name, comp)
 				continue
 			}
-			if kind := strings.ToLower(f.GetType().String()); kind != d.kind {
-				t.Errorf("%s: type %s, docs/metrics.md says %s", name, kind, d.kind)
+			if kind := strings.ToLower(f.GetType().String()); kind != d.Kind {
+				t.Errorf("%s: type %s, docs/metrics.md says %s", name, kind, d.Kind)
 			}
 			labels := map[string]bool{}
 			for _, m := range f.GetMetric() {
@@ -301,12 +262,12 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 				got = append(got, l)
 			}
 			sort.Strings(got)
-			if !slices.Equal(got, d.labels) {
-				t.Errorf("%s: labels %v, docs/metrics.md says %v", name, got, d.labels)
+			if !slices.Equal(got, d.Labels) {
+				t.Errorf("%s: labels %v, docs/metrics.md says %v", name, got, d.Labels)
 			}
 		}
 		for name, d := range doc {
-			if d.component == comp && fams[name] == nil {
+			if d.Component == comp && fams[name] == nil {
 				t.Errorf("%s no longer exports %s", comp, name)
 			}
 		}

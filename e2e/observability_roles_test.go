@@ -135,7 +135,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		return nil
 	})
 	for _, p := range procs {
-		b, err := os.ReadFile(p.log)
+		b, err := os.ReadFile(p.Log)
 		if err != nil {
 			t.Fatal(err)
 		}

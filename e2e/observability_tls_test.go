@@ -31,8 +31,8 @@ func TestAPIServesTLS(t *testing.T) {
 	base := "https://" + pl.httpAddr
 	testenv.Eventually(t, 30*time.Second, "api ready over https", func() error {
 		select {
-		case <-p.exited:
-			return fmt.Errorf("api exited: %v", p.err)
+		case <-p.Exited():
+			return fmt.Errorf("api exited: %v", p.Err())
 		default:
 		}
 		resp, err := client.Get(base + "/readyz")

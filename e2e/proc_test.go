@@ -12,18 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventforge/eventforge/internal/childproc"
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // proc is one eventforge process under test.
 type proc struct {
-	t      testing.TB
-	name   string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-	err    error // Wait result, valid after exited is closed
+	*childproc.Process
+	t    testing.TB
+	name string
 }
 
 // artifactsDir is where process logs of a test are kept
@@ -41,10 +39,6 @@ func artifactsDir(t testing.TB) string {
 func start(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(artifactsDir(t), name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	raceLog := ""
@@ -62,18 +56,11 @@ func start(t testing.TB, name string, env []string, args ...string) *proc {
 		raceLog = filepath.Join(dir, "race")
 		cmd.Env = append(cmd.Env, "GORACE="+os.Getenv("GORACE")+" log_path="+raceLog)
 	}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
+	cp, err := childproc.Start(cmd, logPath)
+	if err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
-	p := &proc{t: t, name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.exited)
-	}()
+	p := &proc{Process: cp, t: t, name: name}
 	t.Cleanup(func() {
 		p.stop()
 		if reports := raceReports(t, raceLog); reports != "" {
@@ -109,26 +96,13 @@ func raceReports(t testing.TB, raceLog string) string {
 }
 
 // stop sends SIGTERM and waits; SIGKILL after 15 s.
-func (p *proc) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.exited
-	}
-}
+func (p *proc) stop() { p.Stop(15 * time.Second) }
 
 // waitExit waits for the process to end by itself and returns its error.
 func (p *proc) waitExit(timeout time.Duration) error {
 	select {
-	case <-p.exited:
-		return p.err
+	case <-p.Exited():
+		return p.Err()
 	case <-time.After(timeout):
 		return fmt.Errorf("%s still running after %s", p.name, timeout)
 	}
@@ -137,7 +111,7 @@ func (p *proc) waitExit(timeout time.Duration) error {
 // killedBySIGKILL reports whether the process died of SIGKILL.
 func (p *proc) killedBySIGKILL() bool {
 	var ee *exec.ExitError
-	if !errors.As(p.err, &ee) {
+	if !errors.As(p.Err(), &ee) {
 		return false
 	}
 	ws, ok := ee.Sys().(syscall.WaitStatus)
@@ -145,7 +119,7 @@ func (p *proc) killedBySIGKILL() bool {
 }
 
 func (p *proc) tail(n int) string {
-	b, _ := os.ReadFile(p.log)
+	b, _ := os.ReadFile(p.Log)
 	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
@@ -193,8 +167,8 @@ func (pl *pipeline) waitAPIReady(t testing.TB, p *proc) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, "api ready", func() error {
 		select {
-		case <-p.exited:
-			return fmt.Errorf("api exited: %v", p.err)
+		case <-p.Exited():
+			return fmt.Errorf("api exited: %v", p.Err())
 		default:
 		}
 		return httpReady(pl.httpAddr)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -155,12 +154,7 @@ func TestVerifyAfterOutboxPruned(t *testing.T) {
 	// applies.
 	ful.stop()
 	orderID, eventID := createGRPC(t, client, "verify-pruned-late")
-	testenv.Eventually(t, 30*time.Second, "event published", func() error {
-		if len(recordsByEventID(t, pl)[eventID]) != 1 {
-			return errors.New("not yet in Kafka")
-		}
-		return nil
-	})
+	waitPublished(t, pl, eventID)
 
 	t.Run("not drained within --wait", func(t *testing.T) {
 		rep, code := audit(t, "--wait", "2s")

@@ -3,7 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,12 +91,7 @@ func TestVerifyDetectsViolations(t *testing.T) {
 	t.Run("offset committed past an unapplied event", func(t *testing.T) {
 		consumer.stop()
 		orderID, eventID := createGRPC(t, client, "verify-skipped")
-		testenv.Eventually(t, 30*time.Second, "event published", func() error {
-			if len(recordsByEventID(t, pl)[eventID]) != 1 {
-				return errors.New("not yet in Kafka")
-			}
-			return nil
-		})
+		waitPublished(t, pl, eventID)
 		commitToEnd(t, pl)
 		rep, code := runVerify(t, pl)
 		if code != 1 || rep.Lost != 2 {
@@ -125,4 +120,15 @@ func commitToEnd(t *testing.T, pl *pipeline) {
 	if _, err := c.CommitOffsets(tps); err != nil {
 		t.Fatalf("committing offsets: %v", err)
 	}
+}
+
+// waitPublished waits until the topic holds one record of eventID.
+func waitPublished(t testing.TB, pl *pipeline, eventID string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, "event "+eventID+" published", func() error {
+		if n := len(recordsByEventID(t, pl)[eventID]); n != 1 {
+			return fmt.Errorf("%d records of it in Kafka, want 1", n)
+		}
+		return nil
+	})
 }

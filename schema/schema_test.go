@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/schema"
@@ -36,20 +38,13 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if !insert || update || del {
 		t.Fatalf("publication publishes insert=%v update=%v delete=%v, want inserts only", insert, update, del)
 	}
-	var tables []string
 	rows, err := env.Pool.Query(ctx, `SELECT tablename FROM pg_publication_tables WHERE pubname = $1`, contract.Publication)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		tables = append(tables, n)
-	}
-	if len(tables) != 1 || tables[0] != "outbox" {
-		t.Fatalf("publication tables %v, want [outbox]", tables)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(tables) != 1 || tables[0] != "outbox" {
+		t.Fatalf("publication tables %v (err %v), want [outbox]", tables, err)
 	}
 
 	st, err := schema.ReadSlotStatus(ctx, env.Pool, env.Slot)

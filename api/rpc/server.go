@@ -163,16 +163,9 @@ func newOrder(req *eventforgev1.CreateOrderRequest, total int64, orderID, eventI
 
 // GetOrder returns one order.
 func (s *Server) GetOrder(ctx context.Context, req *eventforgev1.GetOrderRequest) (*eventforgev1.GetOrderResponse, error) {
-	violations, err := checkRules(req)
+	id, err := s.orderID(ctx, req, "validating order id")
 	if err != nil {
-		return nil, s.internal(ctx, "validating order id", err)
-	}
-	if len(violations) > 0 {
-		return nil, invalidArgument(violations)
-	}
-	id, err := uuid.Parse(req.GetOrderId())
-	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
-		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
+		return nil, err
 	}
 	o, err := s.store.GetOrder(ctx, id)
 	if err != nil {
@@ -214,16 +207,9 @@ func (s *Server) ListOrders(ctx context.Context, req *eventforgev1.ListOrdersReq
 // CancelOrder cancels an order and records its OrderCancelled event in the
 // same transaction; an already cancelled order is returned unchanged.
 func (s *Server) CancelOrder(ctx context.Context, req *eventforgev1.CancelOrderRequest) (*eventforgev1.CancelOrderResponse, error) {
-	violations, err := checkRules(req)
+	id, err := s.orderID(ctx, req, "validating cancel request")
 	if err != nil {
-		return nil, s.internal(ctx, "validating cancel request", err)
-	}
-	if len(violations) > 0 {
-		return nil, invalidArgument(violations)
-	}
-	id, err := uuid.Parse(req.GetOrderId())
-	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
-		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
+		return nil, err
 	}
 	eventID, err := s.newID()
 	if err != nil {

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"sync"
 
 	"buf.build/go/protovalidate"
+	"github.com/google/uuid"
 	"golang.org/x/text/currency"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
@@ -147,6 +149,31 @@ func validateCreate(req *eventforgev1.CreateOrderRequest) (total int64, violatio
 		total += int64(it.GetQuantity()) * it.GetUnitPriceCents()
 	}
 	return total, nil, nil
+}
+
+// orderRequest is a request that names one order.
+type orderRequest interface {
+	proto.Message
+	GetOrderId() string
+}
+
+// orderID checks a request that names one order against its rules and
+// returns the order's ID, or the gRPC error to answer with: InvalidArgument
+// with the field violations, or Internal (logged as what) when the rules
+// could not be evaluated.
+func (s *Server) orderID(ctx context.Context, req orderRequest, what string) (uuid.UUID, error) {
+	violations, err := checkRules(req)
+	if err != nil {
+		return uuid.Nil, s.internal(ctx, what, err)
+	}
+	if len(violations) > 0 {
+		return uuid.Nil, invalidArgument(violations)
+	}
+	id, err := uuid.Parse(req.GetOrderId())
+	if err != nil { // the uuid rule admits nothing uuid.Parse refuses
+		return uuid.Nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation("order_id", "must be a UUID")})
+	}
+	return id, nil
 }
 
 // validateList checks a ListOrders request and returns the store query it

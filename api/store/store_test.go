@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
@@ -43,20 +44,13 @@ func TestIdempotencyKeysArePruned(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("pruned %d, %v; want 3", n, err)
 	}
-	var left []string
 	rows, err := env.Pool.Query(ctx, `SELECT key FROM idempotency_keys`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		left = append(left, k)
-	}
-	if rows.Err() != nil || len(left) != 1 || left[0] != "young" {
-		t.Fatalf("keys left %v, %v; want [young]", left, rows.Err())
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(left) != 1 || left[0] != "young" {
+		t.Fatalf("keys left %v, %v; want [young]", left, err)
 	}
 
 	o, ev := newOrder(t)

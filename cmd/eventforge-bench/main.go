@@ -12,18 +12,15 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/eventforge/eventforge/bench"
 	"github.com/eventforge/eventforge/bench/polling"
+	"github.com/eventforge/eventforge/internal/cli"
 	"github.com/eventforge/eventforge/internal/logging"
 )
 
@@ -32,23 +29,20 @@ type relayCLI struct {
 	polling.Config `embed:""`
 }
 
-type cli struct {
+type commandLine struct {
 	LogLevel     string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
 	bench.Config `embed:""`
 }
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "eventforge-bench:", err)
-		os.Exit(1)
-	}
+	cli.Main("eventforge-bench", run)
 }
 
 func run() error {
 	if len(os.Args) > 1 && os.Args[1] == polling.Command {
 		return runPollingRelay(os.Args[2:])
 	}
-	var c cli
+	var c commandLine
 	kong.Parse(&c,
 		kong.Name("eventforge-bench"),
 		kong.Description("Measure EventForge's throughput, latency and memory on the local stack."),
@@ -61,13 +55,9 @@ func run() error {
 	}
 	logger = logger.With("component", "bench")
 	slog.SetDefault(logger)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	err = bench.Run(ctx, c.Config, logger)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return bench.Run(ctx, c.Config, logger)
 }
 
 // runPollingRelay parses the relay's flags from args and runs it until
@@ -82,7 +72,7 @@ func runPollingRelay(args []string) error {
 		return err
 	}
 	logger = logger.With("component", "polling-relay")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	return polling.Run(ctx, c.Config, logger)
 }

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/api"
 	"github.com/eventforge/eventforge/cdc"
@@ -71,9 +68,9 @@ func migrate(env *runEnv, dsn, slot string, noSlot bool) error {
 	if noSlot {
 		return nil
 	}
-	conn, err := pgx.Connect(env.ctx, dsn)
+	conn, err := connectPG(env, dsn)
 	if err != nil {
-		return fmt.Errorf("connecting to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(env.ctx)
 	created, err := schema.EnsureSlot(env.ctx, conn, slot)

@@ -8,19 +8,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/cli"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 	"github.com/eventforge/eventforge/internal/logging"
@@ -41,7 +39,7 @@ type globals struct {
 	Kafka kafkaconf.Security `embed:""`
 }
 
-type cli struct {
+type commandLine struct {
 	globals
 
 	API      apiCmd      `cmd:"" name:"api" help:"Run the order service (gRPC + REST gateway)."`
@@ -101,14 +99,11 @@ type runEnv struct {
 }
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "eventforge:", err)
-		os.Exit(1)
-	}
+	cli.Main("eventforge", run)
 }
 
 func run() error {
-	var c cli
+	var c commandLine
 	kctx := kong.Parse(&c, parserOptions()...)
 	logger, err := logging.New(os.Stderr, c.LogLevel)
 	if err != nil {
@@ -147,7 +142,7 @@ func run() error {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	profiles, err := profiling.Listen(c.PprofAddr)
 	if err != nil {
@@ -158,9 +153,5 @@ func run() error {
 			logger.Error("profiles endpoint stopped", "err", err)
 		}
 	}()
-	err = kctx.Run(&runEnv{ctx: ctx, logger: logger, kafka: c.Kafka})
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return kctx.Run(&runEnv{ctx: ctx, logger: logger, kafka: c.Kafka})
 }

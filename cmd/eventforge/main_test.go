@@ -18,9 +18,9 @@ import (
 )
 
 // parse parses args as the binary does, without running the command.
-func parse(t *testing.T, args ...string) cli {
+func parse(t *testing.T, args ...string) commandLine {
 	t.Helper()
-	var c cli
+	var c commandLine
 	p, err := kong.New(&c, parserOptions()...)
 	if err != nil {
 		t.Fatalf("building the parser: %v", err)
@@ -77,7 +77,7 @@ func clearEnv(t *testing.T) {
 func TestStartupLinesMaskSecrets(t *testing.T) {
 	clearEnv(t)
 	var untagged []string
-	walkFlags(reflect.TypeOf(cli{}), func(f reflect.StructField) {
+	walkFlags(reflect.TypeOf(commandLine{}), func(f reflect.StructField) {
 		name, tag := f.Tag.Get("name"), f.Tag.Get("log")
 		secret := strings.Contains(name, "password") || strings.Contains(name, "token") || strings.Contains(name, "secret")
 		if (secret && tag != "secret") || (strings.HasSuffix(name, "url") && tag != "url") {

@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/eventforge/eventforge/cdc"
@@ -33,9 +31,9 @@ type deadLettersListCmd struct {
 }
 
 func (c *deadLettersListCmd) Run(env *runEnv) error {
-	conn, err := pgx.Connect(env.ctx, c.DatabaseURL)
+	conn, err := connectPG(env, c.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("connecting to postgres: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(env.ctx))
 	dls, err := cdc.ListDeadLetters(env.ctx, conn, c.Table, !c.All)
@@ -76,17 +74,7 @@ func (c *deadLettersReplayCmd) Run(env *runEnv) error {
 		EventIDs:     c.EventID,
 		FlushTimeout: c.FlushTimeout,
 	}, env.logger)
-	for _, id := range res.Missing {
-		env.logger.Warn("event not in the dead-letter table", "event_id", id)
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Printf("replayed %d of %d selected dead letters\n", res.Published, res.Selected)
-	if len(res.Missing) > 0 {
-		return fmt.Errorf("%d event IDs not found in the dead-letter table", len(res.Missing))
-	}
-	return nil
+	return replayEnded(env, "dead letters", "the dead-letter table", "", int64(res.Published), int64(res.Selected), res.Missing, err)
 }
 
 type outboxReplayCmd struct {
@@ -134,15 +122,23 @@ func (c *outboxReplayCmd) Run(env *runEnv) error {
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	for _, id := range res.Missing {
-		env.logger.Warn("event not in the outbox (pruned by retention, or never written)", "event_id", id)
+	return replayEnded(env, "events", "the outbox", " (pruned by retention, or never written)", res.Published, res.Selected, res.Missing, err)
+}
+
+// replayEnded reports a replay that ended with err: a warning for each
+// selected event ID not found in where (why says what that means, if
+// anything), then err, or the count of the republished records (what) and
+// an error when IDs were missing.
+func replayEnded(env *runEnv, what, where, why string, published, selected int64, missing []string, err error) error {
+	for _, id := range missing {
+		env.logger.Warn("event not in "+where+why, "event_id", id)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Printf("replayed %d of %d selected events\n", res.Published, res.Selected)
-	if len(res.Missing) > 0 {
-		return fmt.Errorf("%d event IDs not found in the outbox", len(res.Missing))
+	fmt.Printf("replayed %d of %d selected %s\n", published, selected, what)
+	if len(missing) > 0 {
+		return fmt.Errorf("%d event IDs not found in %s", len(missing), where)
 	}
 	return nil
 }

@@ -22,8 +22,9 @@ type slotFlags struct {
 	Slot        string `name:"slot" help:"Logical replication slot." default:"${slot}"`
 }
 
-func (f slotFlags) connect(env *runEnv) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(env.ctx, f.DatabaseURL)
+// connectPG opens one connection to the database at url.
+func connectPG(env *runEnv, url string) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(env.ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
@@ -36,7 +37,7 @@ type slotStatusCmd struct {
 }
 
 func (c *slotStatusCmd) Run(env *runEnv) error {
-	conn, err := c.connect(env)
+	conn, err := connectPG(env, c.DatabaseURL)
 	if err != nil {
 		return err
 	}
@@ -80,7 +81,7 @@ func (c *slotDropCmd) Run(env *runEnv) error {
 	if !c.Yes {
 		return errors.New("dropping a slot loses its position: the next reader recreates it and republishes every outbox row from its checkpoint on (consumers skip the duplicates), or refuses with --no-create-slot; pass --yes to drop it")
 	}
-	conn, err := c.connect(env)
+	conn, err := connectPG(env, c.DatabaseURL)
 	if err != nil {
 		return err
 	}

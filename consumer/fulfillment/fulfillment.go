@@ -19,11 +19,6 @@ import (
 // marks are (fulfillment, event_id).
 const Name = "fulfillment"
 
-// ErrOrderNotFound means the event names an order that does not exist; the
-// transaction rolls back so no mark is left without an effect, and the
-// runtime retries the event, then dead-letters it.
-var ErrOrderNotFound = fmt.Errorf("order not found: %w", engine.ErrNotFound)
-
 // Handler applies order events for fulfillment. Each event is one
 // statement, so a batch of events goes out in one round trip (Queue).
 type Handler struct{}
@@ -101,7 +96,7 @@ func queue(b *pgx.Batch, sql, orderID, what string) {
 			return fmt.Errorf(what+": %w", orderID, err)
 		}
 		if !found {
-			return fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
+			return payload.OrderNotFound(orderID)
 		}
 		return nil
 	})

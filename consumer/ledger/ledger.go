@@ -20,10 +20,6 @@ import (
 // are (ledger, event_id).
 const Name = "ledger"
 
-// ErrOrderNotFound means the event names an order that does not exist; the
-// transaction rolls back, and the runtime retries, then dead-letters it.
-var ErrOrderNotFound = fmt.Errorf("order not found: %w", engine.ErrNotFound)
-
 // Handler applies order events to the ledger.
 type Handler struct{}
 
@@ -63,7 +59,7 @@ func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev engine.Event) error {
 func order(ctx context.Context, tx pgx.Tx, orderID string) (customer, currency string, total int64, err error) {
 	err = tx.QueryRow(ctx, `SELECT customer_id, currency, total_cents FROM orders WHERE id = $1`, orderID).Scan(&customer, &currency, &total)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", 0, fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
+		return "", "", 0, payload.OrderNotFound(orderID)
 	}
 	if err != nil {
 		return "", "", 0, fmt.Errorf("reading order %s: %w", orderID, err)

@@ -1,6 +1,7 @@
 // Package payload decodes and validates the order events consumers apply:
 // protojson of eventforge.v1.OrderCreated and eventforge.v1.OrderCancelled,
-// with unknown fields ignored so producers can add fields.
+// with unknown fields ignored so producers can add fields; and the error
+// for an event whose order does not exist.
 package payload
 
 import (
@@ -13,6 +14,12 @@ import (
 	"github.com/eventforge/eventforge/consumer/engine"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
 )
+
+// ErrOrderNotFound means an event names an order that does not exist (or
+// is not visible yet). It wraps engine.ErrNotFound: the handler's
+// transaction rolls back, so no mark is left without an effect, and the
+// engine retries the event, then dead-letters it.
+var ErrOrderNotFound = fmt.Errorf("order not found: %w", engine.ErrNotFound)
 
 var (
 	unmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
@@ -78,4 +85,10 @@ func checkOrder(orderID, key string) error {
 // Unknown returns the error for an event type no handler knows.
 func Unknown(ev engine.Event) error {
 	return fmt.Errorf("%w: %q", engine.ErrUnknownType, ev.Type)
+}
+
+// OrderNotFound returns the error for an event whose order orderID does
+// not exist; it wraps ErrOrderNotFound.
+func OrderNotFound(orderID string) error {
+	return fmt.Errorf("order %s: %w", orderID, ErrOrderNotFound)
 }

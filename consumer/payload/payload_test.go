@@ -72,3 +72,13 @@ func TestUnknownIsPermanent(t *testing.T) {
 		t.Fatalf("class %s, want permanent", c)
 	}
 }
+
+func TestOrderNotFound(t *testing.T) {
+	err := OrderNotFound(orderID)
+	if !errors.Is(err, ErrOrderNotFound) || !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("%v does not wrap both ErrOrderNotFound and engine.ErrNotFound", err)
+	}
+	if got, want := err.Error(), "order "+orderID+": order not found: subject not found"; got != want {
+		t.Errorf("error %q, want %q", got, want)
+	}
+}

@@ -1,7 +1,6 @@
 package kafkaconf
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -26,14 +25,7 @@ func TestSecurityValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.s.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			if err := tt.s.Validate(); !testkit.ErrorContains(err, tt.wantErr) {
 				t.Fatalf("Validate() = %v, want %q", err, tt.wantErr)
 			}
 		})

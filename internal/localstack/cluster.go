@@ -1,7 +1,6 @@
 package localstack
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/template"
 	"time"
 
 	"github.com/eventforge/eventforge/deploy/local"
@@ -116,24 +114,15 @@ func (n *clusterNode) configure(voters string, nodes int) error {
 			return err
 		}
 	}
-	src, err := local.Files.ReadFile("cluster-server.properties")
-	if err != nil {
-		return err
-	}
-	tmpl, err := template.New("cluster").Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	err = tmpl.Execute(&b, map[string]string{
+	props, err := render("cluster-server.properties", map[string]string{
 		"NodeID": strconv.Itoa(n.id), "KafkaPort": strconv.Itoa(n.port), "ControllerPort": strconv.Itoa(n.cport),
 		"Voters": voters, "DataDir": n.l.kafkaData, "Replication": strconv.Itoa(nodes), "MinISR": strconv.Itoa(max(1, nodes-1)),
 		"SessionTimeoutMS": strconv.Itoa(sessionTimeoutMS(nodes)),
 	})
 	if err != nil {
-		return fmt.Errorf("rendering cluster-server.properties: %w", err)
+		return err
 	}
-	if err := os.WriteFile(n.l.kafkaProps, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(n.l.kafkaProps, props, 0o644); err != nil {
 		return err
 	}
 	log4j, err := local.Files.ReadFile("log4j2.xml")

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // TestKafkaCluster starts a real three-node cluster, creates a topic with
@@ -16,10 +18,7 @@ import (
 func TestKafkaCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-cluster-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := testkit.StackDir(t, "eventforge-cluster-test-")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := StartKafkaCluster(ctx, ClusterConfig{StateDir: dir}, log)

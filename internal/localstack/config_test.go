@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 func TestDefaultConfig(t *testing.T) {
@@ -63,8 +64,7 @@ func TestPGVersionDefaults(t *testing.T) {
 			if c.PGVersion != tt.wantVer || c.PGPort != tt.wantPort {
 				t.Errorf("version %d port %d, want %d %d", c.PGVersion, c.PGPort, tt.wantVer, tt.wantPort)
 			}
-			err := c.Validate()
-			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+			if err := c.Validate(); !testkit.ErrorContains(err, tt.wantErr) {
 				t.Errorf("Validate() = %v, want %q", err, tt.wantErr)
 			}
 		})
@@ -149,12 +149,8 @@ func TestValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := ok
 			tt.mutate(&c)
-			err := c.Validate()
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Errorf("Validate() = %v, want nil", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Errorf("Validate() = %v, want error containing %q", err, tt.wantErr)
+			if err := c.Validate(); !testkit.ErrorContains(err, tt.wantErr) {
+				t.Errorf("Validate() = %v, want an error containing %q (none if empty)", err, tt.wantErr)
 			}
 		})
 	}

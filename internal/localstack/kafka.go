@@ -1,7 +1,6 @@
 package localstack
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/template"
 	"time"
 
 	"github.com/eventforge/eventforge/deploy/local"
@@ -121,24 +119,11 @@ func resolveKafkaJars(ctx context.Context, l layout, mvn string, log *slog.Logge
 
 // renderServerProperties renders deploy/local/server.properties for cfg.
 func renderServerProperties(cfg Config, l layout) ([]byte, error) {
-	src, err := local.Files.ReadFile("server.properties")
-	if err != nil {
-		return nil, fmt.Errorf("reading embedded server.properties: %w", err)
-	}
-	tmpl, err := template.New("server.properties").Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return nil, fmt.Errorf("parsing server.properties template: %w", err)
-	}
-	var b bytes.Buffer
-	err = tmpl.Execute(&b, map[string]string{
+	return render("server.properties", map[string]string{
 		"KafkaPort":      strconv.Itoa(cfg.KafkaPort),
 		"ControllerPort": strconv.Itoa(cfg.KafkaControllerPort),
 		"DataDir":        l.kafkaData,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("rendering server.properties: %w", err)
-	}
-	return b.Bytes(), nil
 }
 
 // writeKafkaConfig writes server.properties and log4j2.xml.

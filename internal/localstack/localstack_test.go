@@ -211,19 +211,9 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// stackDir makes a state dir for a private stack. t.TempDir is mode 0700
-// under a 0700 parent, which the postgres user cannot traverse; /var/tmp is
-// world-traversable.
+// stackDir makes a state dir for a private stack (testkit.StackDir).
 func stackDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return testkit.StackDir(t, "eventforge-test-")
 }
 
 // downAtCleanup stops what cfg's stack runs when the test ends and removes
@@ -255,13 +245,7 @@ func TestUpRefusesForeignPort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := stackDir(t)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
 	ports := testkit.FreePorts(t, 3)

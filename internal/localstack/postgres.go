@@ -1,7 +1,6 @@
 package localstack
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/template"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -179,30 +177,21 @@ func renderPGConf(cfg Config, l layout) ([]byte, error) {
 // renderPGConfAt renders deploy/local/postgresql.conf for a server of l on
 // port, followed by the extra lines.
 func renderPGConfAt(port int, l layout, extra []string) ([]byte, error) {
-	src, err := local.Files.ReadFile("postgresql.conf")
-	if err != nil {
-		return nil, fmt.Errorf("reading embedded postgresql.conf: %w", err)
-	}
-	tmpl, err := template.New("postgresql.conf").Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return nil, fmt.Errorf("parsing postgresql.conf template: %w", err)
-	}
-	var b bytes.Buffer
-	err = tmpl.Execute(&b, map[string]string{
+	conf, err := render("postgresql.conf", map[string]string{
 		"Port":      strconv.Itoa(port),
 		"SocketDir": l.pgRun,
 		"LogDir":    l.pgLog,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rendering postgresql.conf: %w", err)
+		return nil, err
 	}
 	if len(extra) > 0 {
-		b.WriteString("\n# Settings of this stack (Config.PGSettings) or server.\n")
+		conf = append(conf, "\n# Settings of this stack (Config.PGSettings) or server.\n"...)
 		for _, line := range extra {
-			b.WriteString(line + "\n")
+			conf = append(conf, line+"\n"...)
 		}
 	}
-	return b.Bytes(), nil
+	return conf, nil
 }
 
 // pgPortFree reports an error when the PostgreSQL port is taken.
@@ -324,14 +313,22 @@ func killPostgres(ctx context.Context, l layout) (int, error) {
 
 // pingPG connects to dsn and pings, within a short bound.
 func pingPG(ctx context.Context, dsn string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	return withConn(ctx, dsn, 5*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.Ping(ctx)
+	})
+}
+
+// withConn runs f on a new connection to dsn, connecting and f's work
+// together bounded by timeout, and closes the connection.
+func withConn(ctx context.Context, dsn string, timeout time.Duration, f func(ctx context.Context, conn *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return conn.Ping(ctx)
+	return f(ctx, conn)
 }
 
 // waitPG pings dsn until it answers, the postmaster pid exits or timeout

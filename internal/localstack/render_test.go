@@ -104,3 +104,14 @@ func parseProperties(s string) map[string]string {
 	}
 	return m
 }
+
+func TestRenderRefusesAMissingPlaceholder(t *testing.T) {
+	for _, name := range []string{"server.properties", "cluster-server.properties", "postgresql.conf"} {
+		if b, err := render(name, map[string]string{}); err == nil || !strings.Contains(err.Error(), "rendering "+name) {
+			t.Errorf("%s without its values: error %v (output %q), want a rendering error", name, err, b)
+		}
+	}
+	if _, err := render("no-such-file.conf", nil); err == nil {
+		t.Error("rendered a template that is not embedded")
+	}
+}

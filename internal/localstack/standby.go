@@ -328,15 +328,10 @@ func KillPostgres(ctx context.Context, cfg Config) (int, error) {
 
 // ExecOnce runs one statement on a new connection to dsn (at most 30 s).
 func ExecOnce(ctx context.Context, dsn, sql string, args ...any) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
+	return withConn(ctx, dsn, 30*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, sql, args...)
 		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql, args...)
-	return err
+	})
 }
 
 // waitAdmin polls a query returning one boolean on dsn until it is true or
@@ -361,14 +356,9 @@ func waitAdmin(ctx context.Context, dsn string, timeout time.Duration, sql strin
 }
 
 func queryBool(ctx context.Context, dsn, sql string, args ...any) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close(context.Background())
 	var ok bool
-	err = conn.QueryRow(ctx, sql, args...).Scan(&ok)
+	err := withConn(ctx, dsn, 10*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, sql, args...).Scan(&ok)
+	})
 	return ok, err
 }

@@ -5,8 +5,34 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
+
+// DeleteTopics deletes topics on the Kafka at bootstrap, waiting up to 30 s
+// for the request to be answered.
+func DeleteTopics(bootstrap string, topics ...string) error {
+	return withAdmin(bootstrap, func(ctx context.Context, a *kafka.AdminClient) error {
+		if _, err := a.DeleteTopics(ctx, topics); err != nil {
+			return fmt.Errorf("deleting topics %v: %w", topics, err)
+		}
+		return nil
+	})
+}
+
+// withAdmin runs f with an admin client of the Kafka at bootstrap and a
+// context that ends after 30 s.
+func withAdmin(bootstrap string, f func(ctx context.Context, a *kafka.AdminClient) error) error {
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "log_level": 3})
+	if err != nil {
+		return fmt.Errorf("kafka admin: %w", err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return f(ctx, a)
+}
 
 // Record is a Kafka record as the tests inspect it.
 type Record = kafkaread.Record

@@ -55,15 +55,7 @@ func WithoutKafka() PrivateOption {
 // the stack cannot start.
 func NewPrivate(t testing.TB, opts ...PrivateOption) *Private {
 	t.Helper()
-	// t.TempDir is 0700 under a 0700 parent, which the postgres user cannot
-	// traverse; /var/tmp is world-traversable.
-	dir, err := os.MkdirTemp("/var/tmp", "eventforge-private-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testkit.StackDir(t, "eventforge-private-")
 	ports := testkit.FreePorts(t, 3)
 	p := &Private{
 		Config: localstack.Config{

@@ -192,19 +192,17 @@ func (e *Env) dropDatabase(t testing.TB) {
 }
 
 func (e *Env) deleteTopic(t testing.TB) {
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.Endpoints.KafkaBootstrap, "log_level": 3})
+	err := withAdmin(e.Endpoints.KafkaBootstrap, func(ctx context.Context, a *kafka.AdminClient) error {
+		if _, err := a.DeleteTopics(ctx, []string{e.Topic}); err != nil {
+			t.Errorf("cleanup: deleting topic %s: %v", e.Topic, err)
+		}
+		if _, err := a.DeleteConsumerGroups(ctx, []string{e.Group}); err != nil && !strings.Contains(err.Error(), "GROUP_ID_NOT_FOUND") {
+			t.Logf("cleanup: deleting group %s: %v", e.Group, err)
+		}
+		return nil
+	})
 	if err != nil {
-		t.Errorf("cleanup: kafka admin: %v", err)
-		return
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := a.DeleteTopics(ctx, []string{e.Topic}); err != nil {
-		t.Errorf("cleanup: deleting topic %s: %v", e.Topic, err)
-	}
-	if _, err := a.DeleteConsumerGroups(ctx, []string{e.Group}); err != nil && !strings.Contains(err.Error(), "GROUP_ID_NOT_FOUND") {
-		t.Logf("cleanup: deleting group %s: %v", e.Group, err)
+		t.Errorf("cleanup: %v", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package testkit holds the helpers EventForge's tests share that need no
 // PostgreSQL or Kafka: free loopback addresses, a self-signed certificate,
-// and running the eventforge binary to completion. It is imported from
+// running the eventforge binary to completion, and the metrics table of
+// docs/metrics.md. It is imported from
 // _test.go files (and the test harness packages) only; depguard enforces it.
 // The stack itself is package testenv.
 package testkit
@@ -28,6 +29,21 @@ import (
 
 	"github.com/eventforge/eventforge/internal/freeport"
 )
+
+// StackDir makes a new directory for a local stack's state under /var/tmp
+// (prefix starts its name), mode 0755: t.TempDir is 0700 under a 0700
+// parent, which the postgres user cannot traverse. The caller removes it.
+func StackDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // FreeAddr returns a free loopback address that no other FreeAddr or
 // FreePorts call of the test binary returned (package freeport).
@@ -164,4 +180,13 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// ErrorContains reports whether err is what a test table wants: no error
+// when want is empty, else an error whose text contains want.
+func ErrorContains(err error, want string) bool {
+	if want == "" {
+		return err == nil
+	}
+	return err != nil && strings.Contains(err.Error(), want)
 }

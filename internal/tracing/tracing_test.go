@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/internal/tracing"
 	"github.com/eventforge/eventforge/internal/tracing/collector"
 )
@@ -47,15 +48,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.cfg.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.wantErr)
+			if err := tt.cfg.Validate(); !testkit.ErrorContains(err, tt.wantErr) {
+				t.Fatalf("Validate() = %v, want an error containing %q (none if empty)", err, tt.wantErr)
 			}
 		})
 	}

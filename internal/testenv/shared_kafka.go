@@ -18,7 +18,7 @@ func (p *Private) EnvOnSharedKafka(t testing.TB) *Env {
 	t.Helper()
 	e := p.Env(t)
 	e.Endpoints.KafkaBootstrap = Stack(t).KafkaBootstrap
-	id := Name("p")
+	id := Name(ownerPrefix("p"))
 	e.Topic = "ef" + id + ".orders"
 	e.Group = "ef" + id + "-fulfillment"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

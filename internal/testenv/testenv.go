@@ -45,6 +45,11 @@ func Stack(t testing.TB) localstack.Endpoints {
 		var res localstack.Result
 		res, stackErr = localstack.Up(ctx, localstack.DefaultConfig(), logger)
 		stack = res.Endpoints
+		if stackErr == nil {
+			if err := reapOrphans(ctx, stack); err != nil {
+				logger.Warn("dropping what ended test processes left on the stack", "err", err)
+			}
+		}
 	})
 	if stackErr != nil {
 		t.Fatalf("starting local stack: %v", stackErr)
@@ -114,7 +119,7 @@ func newEnv(t testing.TB, ep localstack.Endpoints, createTopic func(ctx context.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	id := Name("t")
+	id := Name(ownerPrefix("t"))
 	e := &Env{
 		Endpoints: ep,
 		Database:  "ef" + id,

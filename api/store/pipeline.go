@@ -28,12 +28,19 @@ func batch(stmts []statement) *pgx.Batch {
 // and PostgreSQL runs them as one implicit transaction that the pipeline's
 // Sync commits (or rolls back, if any statement fails).
 //
-// beforeCommit is called once every statement was sent and before the Sync.
-// When it returns an error the connection is closed without a Sync, so
+// beforeCommit is called after the last statement was queued and before the
+// Sync. When it returns an error the connection is closed without a Sync, so
 // PostgreSQL rolls the transaction back, and execPipeline returns that error.
 // A process that dies inside beforeCommit leaves the same: a connection
 // closed with an open implicit transaction.
-func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, beforeCommit func(context.Context) error) error {
+//
+// With sendFirst the statements are written to PostgreSQL before
+// beforeCommit is called, so a hook that holds the write holds statements
+// PostgreSQL has executed and not committed. Without it the statements and
+// the Sync go out in one write after beforeCommit returned: one write
+// syscall per order instead of two, and one wakeup of the backend instead of
+// two (the second write was a sixth of the api's CPU per order under load).
+func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, sendFirst bool, beforeCommit func(context.Context) error) error {
 	c, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquiring a connection: %w", err)
@@ -62,8 +69,10 @@ func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, be
 		resultFormats := append([]int16(nil), eqb.ResultFormats...)
 		p.SendQueryStatement(sds[i], eqb.ParamValues, eqb.ParamFormats, resultFormats)
 	}
-	if err := p.Flush(); err != nil {
-		return err // the pipeline closed the connection
+	if sendFirst {
+		if err := p.Flush(); err != nil {
+			return err // the pipeline closed the connection
+		}
 	}
 	if err := beforeCommit(ctx); err != nil {
 		_ = p.Close() // unsynced: closes the connection, the server rolls back

@@ -126,7 +126,10 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *
 		// One round trip: the writes go out in one pipeline, one implicit
 		// transaction that its Sync commits. Only the idempotency key's
 		// conditional read needs an explicit transaction.
-		if err := execPipeline(ctx, s.pool, writes, beforeCommit); err != nil {
+		// An armed before-commit point holds statements PostgreSQL has
+		// executed; otherwise they leave with the Sync, in one write.
+		sendFirst := failpoint.IsArmed(failpoint.APIBeforeCommit)
+		if err := execPipeline(ctx, s.pool, writes, sendFirst, beforeCommit); err != nil {
 			return Created{}, classify(fmt.Errorf("creating order %s: %w", o.ID, err))
 		}
 		return created, nil
@@ -199,7 +202,9 @@ func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: tru
 
 // beforeCommit is the point of every order write between its last
 // statement and its commit. It is the same call whether or not the failpoint
-// is armed: an armed point only adds its action here.
+// is armed: an armed point only adds its action here (and, for a create
+// without a key, has the statements sent ahead of the Sync so that they have
+// run when it fires).
 func beforeCommit(ctx context.Context) error {
 	return failpoint.Eval(ctx, failpoint.APIBeforeCommit)
 }

@@ -154,6 +154,15 @@ func Armed() []string {
 	return out
 }
 
+// IsArmed reports whether the point name is armed, for a caller whose path
+// around the point costs more only when it can fire.
+func IsArmed(name string) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ok := armed[name]
+	return ok
+}
+
 // Eval is placed at a named point. When the point is not armed it returns nil
 // at the cost of one map lookup under a mutex. When armed it crashes the
 // process, returns ErrInjected, or sleeps, as configured.

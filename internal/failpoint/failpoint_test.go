@@ -63,6 +63,10 @@ func TestEval(t *testing.T) {
 	if err := Eval(ctx, "p.err"); err != nil {
 		t.Fatalf("count exhausted, got %v", err)
 	}
+	if IsArmed("p.err") || !IsArmed("p.crash") || IsArmed("unarmed") {
+		t.Fatalf("IsArmed: p.err (exhausted) %v, p.crash %v, unarmed %v; want false, true, false",
+			IsArmed("p.err"), IsArmed("p.crash"), IsArmed("unarmed"))
+	}
 
 	_ = Eval(ctx, "p.crash")
 	_ = Eval(ctx, "p.crash")

@@ -35,19 +35,10 @@ type cpuSample struct {
 func sampleCPU(children map[int]string) cpuSample {
 	s := cpuSample{at: time.Now(), by: map[string]time.Duration{}}
 	self := os.Getpid()
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, dir := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(dir))
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join(dir, "stat"))
-		if err != nil {
-			continue // exited meanwhile
-		}
+	eachProcStat(func(pid int, st []byte) {
 		comm, times, ok := parseStat(st)
 		if !ok {
-			continue
+			return
 		}
 		own := times[0] + times[1]
 		switch {
@@ -63,7 +54,7 @@ func sampleCPU(children map[int]string) cpuSample {
 		default:
 			s.by[cpuOther] += own
 		}
-	}
+	})
 	if stat, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := bytes.Cut(stat, []byte("\n"))
 		f := strings.Fields(string(line))
@@ -74,6 +65,23 @@ func sampleCPU(children map[int]string) cpuSample {
 		}
 	}
 	return s
+}
+
+// eachProcStat calls fn with the pid and /proc/<pid>/stat line of every
+// process running; a process that exits meanwhile is skipped.
+func eachProcStat(fn func(pid int, st []byte)) {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join(dir, "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		fn(pid, st)
+	}
 }
 
 // parseStat returns the command name and utime, stime, cutime, cstime of a

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,45 +25,17 @@ const debeziumEventsEnv = "EVENTFORGE_BENCH_DEBEZIUM_EVENTS"
 // by its order ID, with its event ID and type as headers and its payload as
 // the value.
 func TestDebeziumDrainsTheOutboxBacklog(t *testing.T) {
-	events := 500
-	if s := os.Getenv(debeziumEventsEnv); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			t.Fatalf("%s=%q: want a positive number", debeziumEventsEnv, s)
-		}
-		events = n
-	}
+	events := peerTestEvents(t, debeziumEventsEnv)
 	te := testenv.New(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	logDir := t.TempDir()
-	r := &runner{
-		env:    &env{endpoints: te.Endpoints, database: te.Database, dsn: te.DatabaseURL, pool: te.Pool},
-		logDir: logDir, logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		res: &Results{},
-	}
+	r := peerTestRunner(te, logDir)
 	relay, err := newDebeziumPeer(ctx, "", r.logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := r.createPeerDB(ctx, "debezium")
-	if db != nil {
-		defer r.dropPeerDB(ctx, db)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	topic, err := relay.Prepare(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.env.createTopic(ctx, topic); err != nil {
-		t.Fatal(err)
-	}
-	defer r.env.deleteTopics(topic)
-	if err := commitOrders(ctx, db.dsn, logDir, events); err != nil {
-		t.Fatal(err)
-	}
+	db, topic := preparePeerTest(ctx, t, r, relay, "debezium", events)
 	want := outboxEvents(t, db)
 
 	var d relayDrain

@@ -344,8 +344,9 @@ func currentWAL(ctx context.Context, pool *pgxpool.Pool) (pglogrepl.LSN, error) 
 	return pglogrepl.ParseLSN(s)
 }
 
-// settleDB vacuums and analyzes the database, then checkpoints the cluster,
-// as settle does for the benchmark's own database.
+// settleDB vacuums and analyzes the database of pool, then checkpoints the
+// cluster (adminDSN): settle for the benchmark's own database, and each
+// peer's before its measurements.
 func settleDB(ctx context.Context, pool *pgxpool.Pool, adminDSN string) error {
 	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
 		return fmt.Errorf("vacuuming: %w", err)

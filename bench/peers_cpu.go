@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -36,20 +35,11 @@ func postmasterPID(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 // machine do not count, unlike the cpuPostgres group.
 func clusterCPU(postmaster int) time.Duration {
 	var total time.Duration
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, dir := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(dir))
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join(dir, "stat"))
-		if err != nil {
-			continue // exited meanwhile
-		}
+	eachProcStat(func(pid int, st []byte) {
 		ppid, _, ok := statPPID(st)
 		_, times, ok2 := parseStat(st)
 		if !ok || !ok2 {
-			continue
+			return
 		}
 		switch {
 		case pid == postmaster:
@@ -57,7 +47,7 @@ func clusterCPU(postmaster int) time.Duration {
 		case ppid == postmaster:
 			total += times[0] + times[1]
 		}
-	}
+	})
 	return total
 }
 

@@ -2,11 +2,9 @@ package bench
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -23,14 +21,7 @@ const pollingEventsEnv = "EVENTFORGE_BENCH_POLLING_EVENTS"
 // backlog of order transactions committed before it starts, and checks
 // that every outbox event reaches its topic and every row is deleted.
 func TestPollingPeerDrainsTheBacklog(t *testing.T) {
-	events := 500
-	if s := os.Getenv(pollingEventsEnv); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			t.Fatalf("%s=%q: want a positive number", pollingEventsEnv, s)
-		}
-		events = n
-	}
+	events := peerTestEvents(t, pollingEventsEnv)
 	te := testenv.New(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
@@ -39,30 +30,9 @@ func TestPollingPeerDrainsTheBacklog(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../cmd/eventforge-bench").CombinedOutput(); err != nil {
 		t.Fatalf("building eventforge-bench: %v\n%s", err, out)
 	}
-	r := &runner{
-		env:    &env{endpoints: te.Endpoints, database: te.Database, dsn: te.DatabaseURL, pool: te.Pool},
-		logDir: dir, logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		res: &Results{},
-	}
-	db, err := r.createPeerDB(ctx, "polling")
-	if db != nil {
-		defer r.dropPeerDB(ctx, db)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := peerTestRunner(te, dir)
 	relay := pollingPeer{self: bin}
-	topic, err := relay.Prepare(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.env.createTopic(ctx, topic); err != nil {
-		t.Fatal(err)
-	}
-	defer r.env.deleteTopics(topic)
-	if err := commitOrders(ctx, db.dsn, dir, events); err != nil {
-		t.Fatal(err)
-	}
+	db, topic := preparePeerTest(ctx, t, r, relay, "polling", events)
 	want := map[string]string{} // event ID → order ID
 	rows, err := db.pool.Query(ctx, `SELECT id::text, aggregateid FROM outbox`)
 	if err != nil {

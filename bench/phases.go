@@ -49,23 +49,12 @@ func (r *runner) loadClient(ctx context.Context) (creator, func(), error) {
 	return create, closeGRPC, nil
 }
 
-// settle vacuums and analyzes the tables, then checkpoints, so that a
-// phase starts with fresh planner statistics and is not measured across a
-// checkpoint the previous phase's writes made due (as pgbench vacuums
-// before a run).
+// settle vacuums and analyzes the benchmark's database, then checkpoints,
+// so that a phase starts with fresh planner statistics and is not measured
+// across a checkpoint the previous phase's writes made due (as pgbench
+// vacuums before a run).
 func (r *runner) settle(ctx context.Context) error {
-	if _, err := r.env.pool.Exec(ctx, `VACUUM (ANALYZE) orders, order_items, outbox, processed_events, shipments, ledger`); err != nil {
-		return fmt.Errorf("vacuuming: %w", err)
-	}
-	admin, err := pgx.Connect(ctx, r.env.endpoints.AdminDSN)
-	if err != nil {
-		return err
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `CHECKPOINT`); err != nil {
-		return fmt.Errorf("checkpointing: %w", err)
-	}
-	return nil
+	return settleDB(ctx, r.env.pool, r.env.endpoints.AdminDSN)
 }
 
 // children maps the pids of the running components to their CPU groups.

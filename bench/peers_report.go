@@ -82,7 +82,7 @@ func (p *peersResult) printPeers(w io.Writer) {
 	row("  relay peak RSS", func(f *relayFigures) string { return mib(f.Drain.PeakRSSBytes) })
 	row("  relay CPU s per 1,000 events", func(f *relayFigures) string { return fmt.Sprintf("%.3f", f.Drain.RelayCPUPer1000) })
 	row("  PostgreSQL CPU s per 1,000 events", func(f *relayFigures) string { return fmt.Sprintf("%.3f", f.Drain.PostgresCPUPer1000) })
-	row("  WAL per 1,000 events", func(f *relayFigures) string { return fmt.Sprintf("%.0f KiB", f.Drain.WALBytesPer1000/1024) })
+	row("  WAL per 1,000 events", func(f *relayFigures) string { return walSize(f.Drain.WALBytesPer1000) })
 	for _, rate := range p.rates() {
 		find := func(f *relayFigures) *relayLatency {
 			for i := range f.Latency {
@@ -292,17 +292,7 @@ func (p *peersResult) latencyPanel() (*plot.Plot, error) {
 	pl := plot.New()
 	pl.Title.Text = "Commit → Kafka append (ms, log)"
 	pl.X.Label.Text = "offered orders/s"
-	pl.Y.Scale, pl.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-	var ticks []plot.Tick
-	for _, r := range p.rates() {
-		ticks = append(ticks, plot.Tick{Value: float64(r), Label: strconv.Itoa(r)})
-	}
-	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
-	if len(ticks) > 0 {
-		lo, hi := ticks[0].Value, ticks[len(ticks)-1].Value
-		pad := math.Max((hi-lo)*0.1, lo*0.2)
-		pl.X.Min, pl.X.Max = lo-pad, hi+pad
-	}
+	loadLatencyAxes(pl, p.rates())
 	top := 1.0
 	for i, f := range p.Relays {
 		var p50, p99 plotter.XYs
@@ -333,18 +323,51 @@ func (p *peersResult) latencyPanel() (*plot.Plot, error) {
 			pl.Legend.Add(s.name, line, points)
 		}
 	}
-	// The legend sits in a band above the data: the axis reaches a decade
-	// above the highest p99.
+	legendAbove(pl, top)
+	return pl, nil
+}
+
+// loadLatencyAxes sets up a latency against offered load chart: latency
+// (ms) on a log axis, and the load on a log axis too (loads that double are
+// evenly spaced), ticked at the rates measured.
+func loadLatencyAxes(pl *plot.Plot, rates []int) {
+	pl.Y.Scale, pl.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	var ticks []plot.Tick
+	for _, r := range rates {
+		if r > 0 {
+			ticks = append(ticks, plot.Tick{Value: float64(r), Label: strconv.Itoa(r)})
+		}
+	}
+	if len(ticks) == 0 {
+		return
+	}
+	pl.X.Scale = plot.LogScale{}
+	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
+	pl.X.Min, pl.X.Max = ticks[0].Value/1.3, ticks[len(ticks)-1].Value*1.3
+}
+
+// legendAbove puts the legend of a log-latency chart in a band above the
+// data, which reaches top: the axis goes well over a decade higher, so the
+// legend covers no line.
+func legendAbove(pl *plot.Plot, top float64) {
 	pl.Legend.Top, pl.Legend.Left = true, true
 	pl.Y.Max = top * 30
 	pl.Y.Min = math.Min(pl.Y.Min, 1)
 	if pl.Y.Min <= 0 {
 		pl.Y.Min = 0.1
 	}
-	return pl, nil
 }
 
 // positiveMS is d in milliseconds, at least 0.01 so a log axis can show it.
+// walSize prints a WAL volume in KiB, or in bytes below 10 KiB, where the
+// CDC relays' figures are (a hundred-odd bytes per 1,000 events).
+func walSize(bytes float64) string {
+	if bytes < 10<<10 {
+		return fmt.Sprintf("%.0f bytes", bytes)
+	}
+	return fmt.Sprintf("%.0f KiB", bytes/1024)
+}
+
 func positiveMS(d time.Duration) float64 {
 	return math.Max(float64(d)/float64(time.Millisecond), 0.01)
 }

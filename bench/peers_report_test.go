@@ -48,7 +48,7 @@ func TestPeersTableHasAColumnPerRelay(t *testing.T) {
 		"1.00×", "0.12×", // ratios to pg_recvlogical
 		"40.0 MiB", "30.0 MiB",
 		"0.012", "0.200", // relay CPU, PostgreSQL CPU
-		"2 KiB", "300 KiB",
+		"2048 bytes", "300 KiB", // WAL: bytes below 10 KiB
 		"commit → Kafka append at 500 orders/s", "commit → Kafka append at 2000 orders/s",
 		"3.0 ms / 9.0 ms", "70.0 ms / 150.0 ms",
 		"cores used by other processes meanwhile", "0.31",

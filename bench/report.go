@@ -3,7 +3,9 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"image/color"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -125,26 +127,10 @@ func (res *Results) writeCharts(prefix string) ([]string, error) {
 		return files, nil
 	}
 
-	lat := plot.New()
-	lat.Title.Text = "Commit → applied latency vs offered load"
-	lat.X.Label.Text = "offered load (orders/s)"
-	lat.Y.Label.Text = "latency (ms)"
-	series := func(get func(rateResult) time.Duration) plotter.XYs {
-		pts := make(plotter.XYs, len(res.EndToEnd))
-		for i, r := range res.EndToEnd {
-			pts[i].X, pts[i].Y = float64(r.OfferedPerSec), float64(get(r))/float64(time.Millisecond)
-		}
-		return pts
-	}
-	if err := plotutil.AddLinePoints(lat,
-		"applied p50", series(func(r rateResult) time.Duration { return r.CommitToApplied.P50 }),
-		"applied p95", series(func(r rateResult) time.Duration { return r.CommitToApplied.P95 }),
-		"applied p99", series(func(r rateResult) time.Duration { return r.CommitToApplied.P99 }),
-		"Kafka ack p99", series(func(r rateResult) time.Duration { return r.CommitToAck.P99 }),
-	); err != nil {
+	lat, err := res.latencyChart()
+	if err != nil {
 		return nil, err
 	}
-	lat.Legend.Top = true
 
 	tp := plot.New()
 	tp.Title.Text = "Throughput over time (end-to-end phase)"
@@ -171,6 +157,55 @@ func (res *Results) writeCharts(prefix string) ([]string, error) {
 		}
 	}
 	return files, nil
+}
+
+// targetAppliedP99 is the commit → applied p99 target at 1,000 orders/s.
+const targetAppliedP99 = 100 * time.Millisecond
+
+// latencyChart draws commit → applied p50, p95 and p99 and commit → Kafka
+// ack p99 against the offered load, latency on a log axis (so that tens of
+// milliseconds and seconds both read), ticked at the loads offered, with the
+// p99 target drawn and the legend above the data.
+func (res *Results) latencyChart() (*plot.Plot, error) {
+	lat := plot.New()
+	lat.Title.Text = "Commit → applied latency vs offered load"
+	lat.X.Label.Text = "offered load (orders/s)"
+	lat.Y.Label.Text = "latency (ms, log)"
+	var rates []int
+	top := positiveMS(targetAppliedP99)
+	for _, r := range res.EndToEnd {
+		rates = append(rates, r.OfferedPerSec)
+		top = math.Max(top, positiveMS(r.CommitToApplied.P99))
+	}
+	loadLatencyAxes(lat, rates)
+	series := func(get func(rateResult) time.Duration) plotter.XYs {
+		pts := make(plotter.XYs, len(res.EndToEnd))
+		for i, r := range res.EndToEnd {
+			pts[i].X, pts[i].Y = float64(r.OfferedPerSec), positiveMS(get(r))
+		}
+		return pts
+	}
+	if err := plotutil.AddLinePoints(lat,
+		"applied p50", series(func(r rateResult) time.Duration { return r.CommitToApplied.P50 }),
+		"applied p95", series(func(r rateResult) time.Duration { return r.CommitToApplied.P95 }),
+		"applied p99", series(func(r rateResult) time.Duration { return r.CommitToApplied.P99 }),
+		"Kafka ack p99", series(func(r rateResult) time.Duration { return r.CommitToAck.P99 }),
+	); err != nil {
+		return nil, err
+	}
+	if len(rates) > 0 {
+		y := positiveMS(targetAppliedP99)
+		target, err := plotter.NewLine(plotter.XYs{{X: lat.X.Min, Y: y}, {X: lat.X.Max, Y: y}})
+		if err != nil {
+			return nil, err
+		}
+		target.Color = color.Gray{Y: 96}
+		target.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
+		lat.Add(target)
+		lat.Legend.Add("target: applied p99 ≤ 100 ms at 1,000/s", target)
+	}
+	legendAbove(lat, top)
+	return lat, nil
 }
 
 // check reports every figure the run failed to produce, so a harness that

@@ -239,6 +239,10 @@ bench: build build-bench ## Measure throughput, latency and memory on the local 
 bench-peers: build build-bench ## EventForge's reader, a polling relay and Debezium side by side on the local stack (≈ 6 min); prints the table, writes bench/results/
 	$(EVENTFORGE_BENCH) --phases peers --out bench/results
 
+.PHONY: bench-growth
+bench-growth: build build-bench ## How the reader's and the consumer's costs grow with the work (≈ 6 min): drains of 10k/100k/1M events, apply over partitions × workers
+	$(EVENTFORGE_BENCH) --phases growth --out bench/results
+
 .PHONY: bench-smoke
 bench-smoke: build build-bench ## The benchmark at tiny sizes (under a minute): checks the harness, not the figures
 	$(EVENTFORGE_BENCH) --smoke --out $${TMPDIR:-/tmp}/eventforge-bench-smoke

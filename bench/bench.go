@@ -32,9 +32,10 @@ type Config struct {
 	Profile bool `name:"profile" help:"Record CPU and heap profiles of each component during its phase (pprof files in the logs directory)."`
 	// Phases selects the phases to run, for working on one component; a
 	// full run (the default) is what the figures mean.
-	// peers (the relays side by side, make bench-peers) is not among the
-	// defaults: it adds about six minutes (docs/bench.md).
-	Phases []string `name:"phases" help:"Run only these phases: postgres, api, drain, apply, e2e, peers (apply needs drain; e2e needs api, drain and apply; peers, the relays side by side, runs only when named)." default:"postgres,api,drain,apply,e2e" enum:"postgres,api,drain,apply,e2e,peers"`
+	// peers (the relays side by side, make bench-peers) and growth (costs
+	// against the size of the work, make bench-growth) are not among the
+	// defaults: each adds minutes (docs/bench.md).
+	Phases []string `name:"phases" help:"Run only these phases: postgres, api, drain, apply, e2e, peers, growth (apply needs drain; e2e needs api, drain and apply; peers, the relays side by side, and growth, costs against the size of the work, run only when named)." default:"postgres,api,drain,apply,e2e" enum:"postgres,api,drain,apply,e2e,peers,growth"`
 	// Keep leaves the benchmark's database, slot and topic in place.
 	Keep bool `name:"keep" help:"Keep the benchmark database, slot and topic afterwards."`
 	// Binary is the eventforge binary whose api, cdc and consumer run as
@@ -78,17 +79,24 @@ type sizes struct {
 	peerRates    []int // offered loads of the peers phase
 	peerBacklog  int   // backlog each relay of the peers phase drains
 	peerDuration time.Duration
+	// The growth phase: backlogs drained, the drain whose records the
+	// apply grid uses, and the partition and worker counts of the grid.
+	growthBacklogs    []int
+	growthApplyEvents int
+	growthPartitions  []int
 }
 
 func sizesFor(smoke bool) sizes {
 	if smoke {
 		return sizes{pgClients: []int{8}, pgDuration: 2 * time.Second, apiClients: 8, apiDuration: 2 * time.Second,
 			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50, peerRates: []int{100},
-			peerBacklog: 2_000, peerDuration: 3 * time.Second}
+			peerBacklog: 2_000, peerDuration: 3 * time.Second,
+			growthBacklogs: []int{500, 2_000}, growthApplyEvents: 2_000, growthPartitions: []int{1, 2}}
 	}
 	return sizes{pgClients: []int{8, 16, 32}, pgDuration: 10 * time.Second, apiClients: 32, apiDuration: 15 * time.Second,
 		backlog: 200_000, rates: []int{250, 500, 1000, 2000}, rateDuration: 30 * time.Second, batchSize: 100,
-		peerRates: []int{500, 2000}, peerBacklog: 200_000, peerDuration: 30 * time.Second}
+		peerRates: []int{500, 2000}, peerBacklog: 200_000, peerDuration: 30 * time.Second,
+		growthBacklogs: []int{10_000, 100_000, 1_000_000}, growthApplyEvents: 100_000, growthPartitions: []int{1, 2, 4, 8}}
 }
 
 // forPeers applies the peers phase's narrowing flags (Config.PeerRates,
@@ -129,6 +137,7 @@ type Results struct {
 	Throughput  []throughputPoint         `json:"throughput"`
 	CPU         []phaseCPU                `json:"cpu_by_phase"`
 	Peers       *peersResult              `json:"peers,omitempty"`
+	Growth      *growthResult             `json:"growth,omitempty"`
 	ElapsedSecs float64                   `json:"elapsed_seconds"`
 }
 
@@ -254,6 +263,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		{"apply", "consumer apply", r.applyPhase},
 		{"e2e", "end to end", r.endToEndPhase},
 		{"peers", "relays side by side", r.peersPhase},
+		{"growth", "growth with the work", r.growthPhase},
 	}
 	keys := make([]string, len(phases))
 	for i, p := range phases {

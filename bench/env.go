@@ -70,13 +70,18 @@ func newEnv(ctx context.Context, cfg Config, stamp string, logger *slog.Logger) 
 // createTopic creates the 6-partition topic with broker append timestamps,
 // so a record's timestamp is when Kafka stored it (the ack time).
 func (e *env) createTopic(ctx context.Context, topic string) error {
+	return e.createTopicPartitions(ctx, topic, 6)
+}
+
+// createTopicPartitions is createTopic with partitions partitions.
+func (e *env) createTopicPartitions(ctx context.Context, topic string, partitions int) error {
 	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4"})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{
-		Topic: topic, NumPartitions: 6, ReplicationFactor: 1,
+		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
 		Config: map[string]string{"message.timestamp.type": "LogAppendTime"},
 	}}, kafka.SetAdminOperationTimeout(30*time.Second))
 	if err != nil {
@@ -125,8 +130,7 @@ func (e *env) warmKafka(ctx context.Context, n int) error {
 	if err := e.createTopic(ctx, topic); err != nil {
 		return err
 	}
-	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4",
-		"enable.idempotence": true, "acks": "all", "linger.ms": 5, "compression.type": "lz4", "go.delivery.report.fields": "none"})
+	p, err := e.newBenchProducer()
 	if err != nil {
 		return err
 	}
@@ -138,6 +142,27 @@ func (e *env) warmKafka(ctx context.Context, n int) error {
 		}
 	}()
 	value := []byte(strings.Repeat("x", 600))
+	err = produceAll(ctx, p, n, func(i int) *kafka.Message {
+		return &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny},
+			Key: []byte(fmt.Sprintf("k%d", i%1000)), Value: value}
+	})
+	if err != nil {
+		return fmt.Errorf("warming kafka: %w", err)
+	}
+	return nil
+}
+
+// newBenchProducer is a producer with the reader's delivery settings
+// (idempotent, acks=all, linger 5 ms, lz4) whose delivery reports carry no
+// message fields.
+func (e *env) newBenchProducer() (*kafka.Producer, error) {
+	return kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4",
+		"enable.idempotence": true, "acks": "all", "linger.ms": 5, "compression.type": "lz4", "go.delivery.report.fields": "none"})
+}
+
+// produceAll produces the n messages msg returns with p and waits for
+// every delivery report; it returns the first delivery error.
+func produceAll(ctx context.Context, p *kafka.Producer, n int, msg func(i int) *kafka.Message) error {
 	acked := make(chan error, 1)
 	go func() {
 		var first error
@@ -152,26 +177,22 @@ func (e *env) warmKafka(ctx context.Context, n int) error {
 		acked <- first
 	}()
 	for i := 0; i < n; i++ {
-		msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny},
-			Key: []byte(fmt.Sprintf("k%d", i%1000)), Value: value}
+		m := msg(i)
 		for {
-			err := p.Produce(msg, nil)
+			err := p.Produce(m, nil)
 			if err == nil {
 				break
 			}
 			var kerr kafka.Error
 			if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrQueueFull {
-				return fmt.Errorf("warming kafka: %w", err)
+				return err
 			}
 			p.Flush(10)
 		}
 	}
 	select {
 	case err := <-acked:
-		if err != nil {
-			return fmt.Errorf("warming kafka: %w", err)
-		}
-		return nil
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -190,7 +190,12 @@ func (p *peersResult) writePeersChart(prefix string) ([]string, error) {
 			p.barPanel("WAL KiB per 1,000 events", func(f *relayFigures) float64 { return f.Drain.WALBytesPer1000 / 1024 }),
 		},
 	}
-	const width, height = 13 * vg.Inch, 7 * vg.Inch
+	return writePanels(prefix+"-peers", panels, 13*vg.Inch, 7*vg.Inch)
+}
+
+// writePanels draws panels (rows of plots) as one figure of width × height
+// to path.svg and path.png and returns the files written.
+func writePanels(path string, panels [][]*plot.Plot, width, height vg.Length) ([]string, error) {
 	var files []string
 	svg := vgsvg.New(width, height)
 	png := vgimg.New(width, height)
@@ -199,18 +204,18 @@ func (p *peersResult) writePeersChart(prefix string) ([]string, error) {
 		draw   draw.Canvas
 		ext    string
 	}{{svg, draw.New(svg), "svg"}, {vgimg.PngCanvas{Canvas: png}, draw.New(png), "png"}} {
-		tiles := draw.Tiles{Rows: 2, Cols: 3, PadX: vg.Inch / 4, PadY: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+		tiles := draw.Tiles{Rows: len(panels), Cols: len(panels[0]), PadX: vg.Inch / 4, PadY: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
 		canvases := plot.Align(panels, tiles, c.draw)
 		for i := range panels {
 			for j := range panels[i] {
 				panels[i][j].Draw(canvases[i][j])
 			}
 		}
-		path := prefix + "-peers." + c.ext
-		if err := writeTo(path, c.canvas); err != nil {
+		file := path + "." + c.ext
+		if err := writeTo(file, c.canvas); err != nil {
 			return nil, err
 		}
-		files = append(files, path)
+		files = append(files, file)
 	}
 	return files, nil
 }

@@ -46,9 +46,15 @@ func (res *Results) printTable(w io.Writer) {
 	for _, ph := range res.Phases {
 		ran[ph] = true
 	}
-	if len(res.Phases) == 1 && ran["peers"] {
+	if !slices.ContainsFunc(res.Phases, func(ph string) bool { return ph != "peers" && ph != "growth" }) {
+		// Only the phases that run when named: their sections alone.
 		_ = tw.Flush()
-		res.printPeersSection(w)
+		if ran["peers"] {
+			res.printPeersSection(w)
+		}
+		if ran["growth"] {
+			res.printGrowthSection(w)
+		}
 		return
 	}
 	if len(res.Phases) < 5 {
@@ -100,6 +106,9 @@ func (res *Results) printTable(w io.Writer) {
 	if ran["peers"] {
 		res.printPeersSection(w)
 	}
+	if ran["growth"] {
+		res.printGrowthSection(w)
+	}
 }
 
 func keys(m map[int]float64) []int {
@@ -122,6 +131,13 @@ func (res *Results) writeCharts(prefix string) ([]string, error) {
 			return nil, err
 		}
 		files = append(files, peers...)
+	}
+	if res.Growth != nil {
+		growth, err := res.Growth.writeGrowthChart(prefix)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, growth...)
 	}
 	if len(res.EndToEnd) == 0 && len(res.Throughput) == 0 {
 		return files, nil
@@ -245,6 +261,16 @@ func (res *Results) check(ran map[string]bool) error {
 			for _, l := range f.Latency {
 				need("peers", l.Orders > 0 && l.CommitToAppend.P99 > 0, fmt.Sprintf("%s latency at %d/s", f.Relay, l.OfferedPerSec))
 			}
+		}
+	}
+	need("growth", res.Growth != nil && len(res.Growth.Drains) > 0, "growth drains")
+	need("growth", res.Growth != nil && len(res.Growth.Apply) > 0, "growth apply grid")
+	if res.Growth != nil {
+		for _, d := range res.Growth.Drains {
+			need("growth", d.EventsPerSec > 0 && d.PeakRSSBytes > 0, fmt.Sprintf("drain of %d events", d.Events))
+		}
+		for _, a := range res.Growth.Apply {
+			need("growth", a.EventsPerSec > 0, fmt.Sprintf("apply with %d partitions × %d workers", a.Partitions, a.Workers))
 		}
 	}
 	need("postgres", len(res.CPU) > 0, "CPU by phase")

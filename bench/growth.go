@@ -56,12 +56,7 @@ func (r *runner) growthPhase(ctx context.Context) error {
 	defer r.env.deleteTopics(topic)
 	applied := false
 	for _, n := range r.sz.growthBacklogs {
-		kr, err := kafkaread.New(r.env.endpoints.KafkaBootstrap)
-		if err != nil {
-			return err
-		}
-		from, err := kr.EndOffsets(topic)
-		kr.Close()
+		from, err := r.endOffsets(ctx, topic)
 		if err != nil {
 			return err
 		}
@@ -186,15 +181,15 @@ func (r *runner) growthApplyRun(ctx context.Context, topic string, parts, worker
 	if err := r.settle(ctx); err != nil {
 		return growthApply{}, err
 	}
+	ends, err := r.endOffsets(ctx, topic)
+	if err != nil {
+		return growthApply{}, err
+	}
 	kr, err := kafkaread.New(r.env.endpoints.KafkaBootstrap)
 	if err != nil {
 		return growthApply{}, err
 	}
 	defer kr.Close()
-	ends, err := kr.EndOffsets(topic)
-	if err != nil {
-		return growthApply{}, err
-	}
 	total := 0
 	for _, e := range ends {
 		total += int(e)
@@ -260,4 +255,24 @@ func (r *runner) copyRecords(ctx context.Context, recs []kafkaread.Record, topic
 		return fmt.Errorf("copying records to %s: %w", topic, err)
 	}
 	return nil
+}
+
+// endOffsets returns the end offset of each partition of topic, waiting
+// for a topic just created to have a leader for every partition.
+func (r *runner) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	kr, err := kafkaread.New(r.env.endpoints.KafkaBootstrap)
+	if err != nil {
+		return nil, err
+	}
+	defer kr.Close()
+	var ends map[int32]int64
+	var last error
+	err = waitFor(ctx, 30*time.Second, "the end offsets of "+topic, func() (bool, error) {
+		ends, last = kr.EndOffsets(topic)
+		return last == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return ends, nil
 }

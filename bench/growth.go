@@ -199,7 +199,7 @@ func (r *runner) growthApplyRun(ctx context.Context, topic string, parts, worker
 	start := time.Now()
 	c, err := startChild(r.binary, r.logDir, fmt.Sprintf("consumer-growth-%dx%d", parts, workers), false, "consumer",
 		"--database-url", r.env.dsn, "--kafka-brokers", r.env.endpoints.KafkaBootstrap, "--group", group, "--topics", topic,
-		"--workers", strconv.Itoa(workers), "--batch-size", strconv.Itoa(r.sz.batchSize), "--commit-interval", "200ms", "--log-level", "warn")
+		"--workers", strconv.Itoa(workers), "--max-conns", strconv.Itoa(workers+1), "--batch-size", strconv.Itoa(r.sz.batchSize), "--commit-interval", "200ms", "--log-level", "warn")
 	if err != nil {
 		return growthApply{}, err
 	}

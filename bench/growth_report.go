@@ -53,7 +53,7 @@ func (g *growthResult) writeGrowthChart(prefix string) ([]string, error) {
 		if len(ticks) > 0 {
 			pl.X.Min, pl.X.Max = ticks[0].Value/2, ticks[len(ticks)-1].Value*2
 		}
-		pl.Y.Min = 0
+		pl.Y.Min, pl.Y.Tick.Marker = 0, plainTicks{}
 	}
 	if err := plotutil.AddLinePoints(rate, rates); err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func (g *growthResult) writeGrowthChart(prefix string) ([]string, error) {
 	if err := plotutil.AddLinePoints(apply, lines...); err != nil {
 		return nil, err
 	}
-	apply.Y.Min = 0
+	apply.Y.Min, apply.Y.Tick.Marker = 0, plainTicks{}
 	apply.Y.Max *= 1.4 // the legend's band, above the lines
 	apply.Legend.Top, apply.Legend.Left = true, true
 

@@ -43,6 +43,11 @@ type Config struct {
 	// QueueSize is how many records are buffered per partition before its
 	// fetching pauses.
 	QueueSize int `name:"queue-size" help:"Records buffered per partition before its fetching pauses." default:"5000"`
+	// QueueBytes is how many bytes of records (key, value, headers and an
+	// estimate of the Go structures holding them) are buffered per
+	// partition before its fetching pauses, whichever of QueueSize and
+	// QueueBytes is reached first.
+	QueueBytes int `name:"queue-bytes" help:"Bytes of records buffered per partition before its fetching pauses (whichever of --queue-size and --queue-bytes is reached first)." default:"4194304"`
 	// MaxAttempts is how often a retryable failure is tried before the
 	// record is dead-lettered.
 	MaxAttempts int `name:"max-attempts" help:"Attempts at a failing record before it is dead-lettered." default:"5"`
@@ -90,6 +95,7 @@ func DefaultConfig() Config {
 		Workers:          o.Workers,
 		BatchSize:        o.BatchSize,
 		QueueSize:        o.QueueSize,
+		QueueBytes:       o.QueueBytes,
 		MaxAttempts:      o.MaxAttempts,
 		InitialBackoff:   o.InitialBackoff,
 		NotFoundGrace:    o.NotFoundGrace,
@@ -132,8 +138,8 @@ func (c Config) Validate() error {
 	if len(c.Topics) == 0 {
 		errs = append(errs, errors.New("at least one topic is required"))
 	}
-	if c.Workers < 1 || c.BatchSize < 1 || c.QueueSize < 1 || c.MaxAttempts < 1 {
-		errs = append(errs, errors.New("workers, batch-size, queue-size and max-attempts must be at least 1"))
+	if c.Workers < 1 || c.BatchSize < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxAttempts < 1 {
+		errs = append(errs, errors.New("workers, batch-size, queue-size, queue-bytes and max-attempts must be at least 1"))
 	}
 	if c.InitialBackoff <= 0 || c.MaxBackoff < c.InitialBackoff {
 		errs = append(errs, errors.New("initial-backoff must be positive and at most max-backoff"))
@@ -185,6 +191,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		Workers:          cfg.Workers,
 		BatchSize:        cfg.BatchSize,
 		QueueSize:        cfg.QueueSize,
+		QueueBytes:       cfg.QueueBytes,
 		MaxAttempts:      cfg.MaxAttempts,
 		InitialBackoff:   cfg.InitialBackoff,
 		NotFoundGrace:    cfg.NotFoundGrace,

@@ -36,6 +36,10 @@ func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent
 	// Dead letters go out one at a time through Produce; the Go produce
 	// channel (1,000,000 slots by default, ~23 MiB) is never used.
 	cfg["go.produce.channel.size"] = 16
+	// Events() carries only errors and is drained at once (drain); its
+	// default of 1,000,000 slots is 16 MiB of Go heap that the garbage
+	// collector's heap goal doubles.
+	cfg["go.events.channel.size"] = 64
 	p, err := kafka.NewProducer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating dlq producer: %w", err)

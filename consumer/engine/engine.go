@@ -96,6 +96,7 @@ type Options struct {
 	Workers          int           // partitions applied concurrently
 	BatchSize        int           // records of one partition per transaction (0: 1, no batching)
 	QueueSize        int           // records buffered per partition before its fetching pauses
+	QueueBytes       int           // bytes of records buffered per partition before its fetching pauses
 	MaxAttempts      int           // attempts before a retryable failure is dead-lettered
 	InitialBackoff   time.Duration // first retry wait
 	NotFoundGrace    time.Duration // least time a missing subject is retried before dead-lettering (0: attempts only)
@@ -116,6 +117,7 @@ func DefaultOptions() Options {
 		Workers:          4,
 		BatchSize:        100,
 		QueueSize:        5000,
+		QueueBytes:       4 << 20,
 		MaxAttempts:      5,
 		InitialBackoff:   100 * time.Millisecond,
 		NotFoundGrace:    10 * time.Second,
@@ -137,6 +139,7 @@ func (o Options) withDefaults() Options {
 	orDefault(&o.BatchSize, 1)
 	orDefault(&o.QueueSize, d.QueueSize)
 	o.QueueSize = max(o.QueueSize, 2*o.BatchSize)
+	orDefault(&o.QueueBytes, d.QueueBytes)
 	orDefault(&o.MaxAttempts, d.MaxAttempts)
 	orDefault(&o.InitialBackoff, d.InitialBackoff)
 	orDefault(&o.MaxBackoff, d.MaxBackoff)
@@ -158,8 +161,26 @@ func orDefault[T int | time.Duration](v *T, d T) {
 	}
 }
 
-// prefetchKBytes bounds librdkafka's prefetched records (all partitions).
-const prefetchKBytes = 16 << 10
+// librdkafka's fetching, bounded: what it prefetched for a partition is
+// dropped when the partition pauses, and it lives in C memory beside the Go
+// heap. The defaults let it hold 64 MiB of prefetched records (more with
+// their per-record structures) and receive fetch responses of up to 50 MiB.
+const (
+	// prefetchKBytes bounds librdkafka's prefetched records, all partitions
+	// together (queued.max.messages.kbytes).
+	prefetchKBytes = 4 << 10
+	// fetchMaxBytes bounds one fetch response (fetch.max.bytes).
+	fetchMaxBytes = 4 << 20
+	// partitionFetchBytes bounds one partition's share of a fetch response
+	// (max.partition.fetch.bytes, alias fetch.message.max.bytes); a larger
+	// record is still fetched whole.
+	partitionFetchBytes = 1 << 20
+	// fetchQueueBackoffMS is how soon a partition is fetched again after
+	// the prefetch bound was reached (fetch.queue.backoff.ms, default
+	// 1,000): with a small prefetch the bound is reached often, and a
+	// second's wait would starve the runtime's queues.
+	fetchQueueBackoffMS = 10
+)
 
 // Runtime consumes Topics with a Handler. Create with New, then Run.
 type Runtime struct {
@@ -218,9 +239,12 @@ func (r *Runtime) Run(ctx context.Context) error {
 		"heartbeat.interval.ms":    int(max(r.opts.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),
 		// librdkafka's own prefetch, on top of the runtime's queues. Pausing a
 		// partition discards what librdkafka prefetched for it, so a large
-		// prefetch is mostly fetched twice; its default (64 MiB) also
-		// dominated the consumer's memory.
+		// prefetch is mostly fetched twice; its defaults also dominated the
+		// consumer's memory.
 		"queued.max.messages.kbytes": prefetchKBytes,
+		"fetch.max.bytes":            fetchMaxBytes,
+		"max.partition.fetch.bytes":  partitionFetchBytes,
+		"fetch.queue.backoff.ms":     fetchQueueBackoffMS,
 	}
 	for k, v := range settings {
 		cfg[k] = v
@@ -302,7 +326,7 @@ func (r *Runtime) loop(ctx context.Context, c *kafka.Consumer) error {
 // (max.poll.interval.ms) never lapses.
 func (r *Runtime) reconcilePauses(c *kafka.Consumer) {
 	for _, p := range r.parts {
-		want := p.wantPause(r.opts.QueueSize)
+		want := p.wantPause(r.opts.QueueSize, r.opts.QueueBytes)
 		if want == p.paused {
 			continue
 		}

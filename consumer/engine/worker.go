@@ -19,9 +19,10 @@ type partition struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the worker returned
 
-	mu    sync.Mutex
-	queue []*kafka.Message
-	wake  chan struct{} // capacity 1: records were queued
+	mu     sync.Mutex
+	queue  []*kafka.Message
+	queued int           // recordBytes of the records in queue
+	wake   chan struct{} // capacity 1: records were queued
 
 	retrying atomic.Bool  // a record is failing and being retried
 	next     atomic.Int64 // offset after the last finished record; -1 unknown
@@ -45,10 +46,29 @@ func (p *partition) tp() kafka.TopicPartition {
 	return kafka.TopicPartition{Topic: &topic, Partition: p.id}
 }
 
+// Estimates of the Go memory a polled record holds besides its key, value
+// and header bytes: the kafka.Message and its topic and leader epoch, the
+// allocation rounding of the copied bytes (recordOverhead), and per header
+// its kafka.Header and key string (headerOverhead).
+const (
+	recordOverhead = 256
+	headerOverhead = 64
+)
+
+// recordBytes estimates the memory m holds while it waits in a queue.
+func recordBytes(m *kafka.Message) int {
+	n := recordOverhead + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 // push queues a polled record for the worker.
 func (p *partition) push(m *kafka.Message) {
 	p.mu.Lock()
 	p.queue = append(p.queue, m)
+	p.queued += recordBytes(m)
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -57,18 +77,20 @@ func (p *partition) push(m *kafka.Message) {
 }
 
 // wantPause says whether fetching should be paused: while a record is being
-// retried, or while the queue is full (resuming below half full).
-func (p *partition) wantPause(queueSize int) bool {
+// retried, or while the queue is full — queueSize records or queueBytes
+// bytes (recordBytes), whichever is reached first — resuming once it is at
+// most half full by both measures.
+func (p *partition) wantPause(queueSize, queueBytes int) bool {
 	if p.retrying.Load() {
 		return true
 	}
 	p.mu.Lock()
-	n := len(p.queue)
+	n, b := len(p.queue), p.queued
 	p.mu.Unlock()
 	if p.paused {
-		return n > queueSize/2
+		return n > queueSize/2 || b > queueBytes/2
 	}
-	return n >= queueSize
+	return n >= queueSize || b >= queueBytes
 }
 
 // take waits for queued records and removes up to n of them, oldest first.
@@ -83,9 +105,13 @@ func (p *partition) take(n int) []*kafka.Message {
 			k := min(n, len(p.queue))
 			batch := make([]*kafka.Message, k)
 			copy(batch, p.queue)
+			clear(p.queue[:k]) // the backing array no longer holds them
 			p.queue = p.queue[k:]
+			for _, m := range batch {
+				p.queued -= recordBytes(m)
+			}
 			if len(p.queue) == 0 {
-				p.queue = nil // release the backing array
+				p.queue, p.queued = nil, 0 // release the backing array
 			}
 			p.mu.Unlock()
 			return batch

@@ -47,33 +47,83 @@ func TestPartitionTakeKeepsOrder(t *testing.T) {
 	}
 }
 
+// TestPartitionWantPause: fetching pauses at queueSize records or at
+// queueBytes bytes, whichever comes first, and resumes only once the queue
+// is at most half full by both measures.
 func TestPartitionWantPause(t *testing.T) {
+	const unbounded = 1 << 40
+	rec := recordBytes(orderEvent(0)) // every queued record has this size
 	tests := []struct {
-		name     string
-		queued   int
-		paused   bool
-		retrying bool
-		want     bool
+		name       string
+		queued     int
+		queueSize  int
+		queueBytes int
+		paused     bool
+		retrying   bool
+		want       bool
 	}{
-		{"empty", 0, false, false, false},
-		{"retrying", 0, false, true, true},
-		{"full", 10, false, false, true},
-		{"below full", 9, false, false, false},
-		{"paused above half", 6, true, false, true},
-		{"paused at half", 5, true, false, false},
+		{"empty", 0, 10, unbounded, false, false, false},
+		{"retrying", 0, 10, unbounded, false, true, true},
+		{"records full", 10, 10, unbounded, false, false, true},
+		{"records below full", 9, 10, unbounded, false, false, false},
+		{"records paused above half", 6, 10, unbounded, true, false, true},
+		{"records paused at half", 5, 10, unbounded, true, false, false},
+		{"bytes full", 4, 1000, 4 * rec, false, false, true},
+		{"bytes below full", 3, 1000, 4 * rec, false, false, false},
+		{"bytes paused above half", 3, 1000, 4 * rec, true, false, true},
+		{"bytes paused at half", 2, 1000, 4 * rec, true, false, false},
+		{"bytes full first", 4, 10, 4 * rec, false, false, true},
+		{"records full first", 10, 10, 100 * rec, false, false, true},
+		{"paused, records at half, bytes above half", 5, 10, 8 * rec, true, false, true},
+		{"paused, bytes at half, records above half", 6, 10, 12 * rec, true, false, true},
+		{"paused, both at half", 5, 10, 10 * rec, true, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPartition(kafka.TopicPartition{Topic: new(string)})
 			for i := range tt.queued {
-				p.push(message("t", 0, int64(i), "", nil))
+				p.push(orderEvent(int64(i)))
 			}
 			p.paused = tt.paused
 			p.retrying.Store(tt.retrying)
-			if got := p.wantPause(10); got != tt.want {
-				t.Fatalf("wantPause = %v, want %v", got, tt.want)
+			if got := p.wantPause(tt.queueSize, tt.queueBytes); got != tt.want {
+				t.Fatalf("wantPause(%d, %d) with %d records of %d bytes = %v, want %v",
+					tt.queueSize, tt.queueBytes, tt.queued, rec, got, tt.want)
 			}
 		})
+	}
+}
+
+// orderEvent is a polled record of the size the bench's order events have.
+func orderEvent(offset int64) *kafka.Message {
+	m := message("t", 0, offset, "7f0c2a52-4a8e-4d8c-9d4c-1f2e3a4b5c6d", map[string]string{
+		contract.HeaderID: "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", contract.HeaderType: contract.TypeOrderCreated})
+	m.Value = make([]byte, 400)
+	return m
+}
+
+// TestPartitionQueuedBytes: the byte count follows what push adds and take
+// removes, and an emptied queue counts zero.
+func TestPartitionQueuedBytes(t *testing.T) {
+	p := newPartition(kafka.TopicPartition{Topic: new(string)})
+	big := orderEvent(0)
+	big.Value = make([]byte, 10_000)
+	p.push(big)
+	for i := range 6 {
+		p.push(orderEvent(int64(i + 1)))
+	}
+	rec := recordBytes(orderEvent(0))
+	if want := recordBytes(big) + 6*rec; p.queued != want {
+		t.Fatalf("queued %d bytes after 7 pushes, want %d", p.queued, want)
+	}
+	if recordBytes(big) < 10_000+recordOverhead || rec < 400+recordOverhead+2*headerOverhead {
+		t.Fatalf("recordBytes %d and %d do not count value, key, headers and overheads", recordBytes(big), rec)
+	}
+	if batch := p.take(3); len(batch) != 3 || p.queued != 4*rec {
+		t.Fatalf("after take(3) of 7: %d taken, %d bytes queued, want 3 and %d", len(batch), p.queued, 4*rec)
+	}
+	if batch := p.take(10); len(batch) != 4 || p.queued != 0 || p.queue != nil {
+		t.Fatalf("after taking the rest: %d taken, %d bytes queued, queue %v; want 4, 0, nil", len(batch), p.queued, p.queue)
 	}
 }
 

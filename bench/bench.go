@@ -185,6 +185,8 @@ type applyRun struct {
 	Events       int     `json:"events"`
 	Seconds      float64 `json:"seconds"`
 	EventsPerSec float64 `json:"events_per_sec"`
+	// PeakRSSBytes is the consumer's peak RSS (VmHWM) over the run.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 }
 
 type applyResult struct {

@@ -307,7 +307,13 @@ func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyR
 	secs := time.Since(start).Seconds()
 	r.consumer = c
 	done()
-	return applyRun{BatchSize: max(batch, 1), Events: total, Seconds: secs, EventsPerSec: float64(total) / secs}, c, err
+	run := applyRun{BatchSize: max(batch, 1), Events: total, Seconds: secs, EventsPerSec: float64(total) / secs}
+	if err == nil {
+		u, _ := c.sample()
+		run.PeakRSSBytes = u.PeakRSSBytes
+		c.profileHeap(r.logDir, "apply")
+	}
+	return run, c, err
 }
 
 // applyPhase times the consumer over the whole backlog with batching off,

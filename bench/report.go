@@ -86,10 +86,11 @@ func (res *Results) printTable(w io.Writer) {
 			ms(r.CommitToApplied.P50), ms(r.CommitToApplied.P95), ms(r.CommitToApplied.P99), ms(r.CommitToApplied.Max), mib(r.MaxSlotLagBytes))
 	}
 	p("   target\tcommit→applied p99 ≤ 100 ms at 1,000 orders/s")
-	p("5. Consumer apply, batching off\t%.0f events/s (%d events, %.1f s)", res.Apply.Off.EventsPerSec, res.Apply.Off.Events, res.Apply.Off.Seconds)
+	p("5. Consumer apply, batching off\t%.0f events/s (%d events, %.1f s), peak RSS %s",
+		res.Apply.Off.EventsPerSec, res.Apply.Off.Events, res.Apply.Off.Seconds, mib(res.Apply.Off.PeakRSSBytes))
 	if res.Apply.OnMeasured {
-		p("   Consumer apply, batching on (%d)\t%.0f events/s (%d events, %.1f s) — target ≥ the PostgreSQL limit (%.0f)",
-			res.Apply.On.BatchSize, res.Apply.On.EventsPerSec, res.Apply.On.Events, res.Apply.On.Seconds, res.PGLimit.BestCommitsPerSec)
+		p("   Consumer apply, batching on (%d)\t%.0f events/s (%d events, %.1f s), peak RSS %s (target ≤ 128 MiB) — target ≥ the PostgreSQL limit (%.0f)",
+			res.Apply.On.BatchSize, res.Apply.On.EventsPerSec, res.Apply.On.Events, res.Apply.On.Seconds, mib(res.Apply.On.PeakRSSBytes), res.PGLimit.BestCommitsPerSec)
 	} else {
 		p("   Consumer apply, batching on\tnot measured: the consumer has no batching option")
 	}

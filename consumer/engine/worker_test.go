@@ -94,7 +94,7 @@ func TestPartitionWantPause(t *testing.T) {
 	}
 }
 
-// orderEvent is a polled record of the size the bench's order events have.
+// orderEvent is a polled record: a key, a 400-byte value and two headers.
 func orderEvent(offset int64) *kafka.Message {
 	m := message("t", 0, offset, "7f0c2a52-4a8e-4d8c-9d4c-1f2e3a4b5c6d", map[string]string{
 		contract.HeaderID: "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", contract.HeaderType: contract.TypeOrderCreated})

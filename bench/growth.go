@@ -204,21 +204,7 @@ func (r *runner) growthApplyRun(ctx context.Context, topic string, parts, worker
 		return growthApply{}, err
 	}
 	defer c.stop()
-	err = waitFor(ctx, 30*time.Minute, "consumer reached the end of "+topic, func() (bool, error) {
-		if !c.Running() {
-			return false, fmt.Errorf("consumer exited; see %s", c.Log)
-		}
-		committed, err := kr.Committed(group, topic)
-		if err != nil {
-			return false, nil
-		}
-		for p, end := range ends {
-			if committed[p] < end {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	err = waitCommitted(ctx, kr, c, group, topic, ends)
 	secs := time.Since(start).Seconds()
 	if err != nil {
 		return growthApply{}, err

@@ -289,21 +289,7 @@ func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyR
 	}
 	profiled := c.profileCPU(r.logDir, "apply", 10*time.Second)
 	defer profiled()
-	err = waitFor(ctx, 30*time.Minute, "consumer reached the end of the topic", func() (bool, error) {
-		if !c.Running() {
-			return false, fmt.Errorf("consumer exited; see %s", c.Log)
-		}
-		committed, err := kr.Committed(group, r.env.topic)
-		if err != nil {
-			return false, nil
-		}
-		for p, end := range ends {
-			if committed[p] < end {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	err = waitCommitted(ctx, kr, c, group, r.env.topic, ends)
 	secs := time.Since(start).Seconds()
 	r.consumer = c
 	done()
@@ -314,6 +300,26 @@ func (r *runner) timeApply(ctx context.Context, group string, batch int) (applyR
 		c.profileHeap(r.logDir, "apply")
 	}
 	return run, c, err
+}
+
+// waitCommitted waits until the consumer c, of group, committed offsets at
+// or past ends on every partition of topic; it fails if c exits first.
+func waitCommitted(ctx context.Context, kr *kafkaread.Reader, c *child, group, topic string, ends map[int32]int64) error {
+	return waitFor(ctx, 30*time.Minute, "consumer reached the end of "+topic, func() (bool, error) {
+		if !c.Running() {
+			return false, fmt.Errorf("consumer exited; see %s", c.Log)
+		}
+		committed, err := kr.Committed(group, topic)
+		if err != nil {
+			return false, nil
+		}
+		for p, end := range ends {
+			if committed[p] < end {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
 
 // applyPhase times the consumer over the whole backlog with batching off,

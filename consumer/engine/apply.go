@@ -8,6 +8,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/failpoint"
@@ -56,8 +57,41 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 	for i, ev := range evs {
 		ids[i] = ev.ID
 	}
-	var out outcome
 	start := time.Now()
+	fast, err := r.applyPipelined(ctx, ids, evs)
+	if err != nil {
+		return outcome{}, err
+	}
+	if fast.committed {
+		applySeconds.WithLabelValues(r.opts.Name).Observe(time.Since(start).Seconds())
+		if err := failpoint.Eval(ctx, failpoint.ConsumerAfterDBCommitBeforeOffset); err != nil {
+			return outcome{}, err // as below: the retry finds the marks
+		}
+		return outcome{applied: len(evs)}, nil
+	}
+	out, err := r.applyGeneral(ctx, ids, evs)
+	if err != nil {
+		return outcome{}, err
+	}
+	// Marks a concurrent transaction committed while the pipelined path's
+	// marks waited are existing marks by now; they were conflicts.
+	out.conflicts = min(out.conflicts+fast.conflicts, out.duplicates)
+	applySeconds.WithLabelValues(r.opts.Name).Observe(time.Since(start).Seconds())
+	if out.applied > 0 {
+		if err := failpoint.Eval(ctx, failpoint.ConsumerAfterDBCommitBeforeOffset); err != nil {
+			// Committed but reported as failed: the retry finds the marks and
+			// counts the events as duplicates, which is what a crash here does.
+			return outcome{}, err
+		}
+	}
+	return out, nil
+}
+
+// applyGeneral is apply's general path, for any handler and any events:
+// BEGIN; the marks (markSQL), which tell new events from duplicates and
+// conflicts; the handler for every new event; COMMIT.
+func (r *Runtime) applyGeneral(ctx context.Context, ids []uuid.UUID, evs []Event) (outcome, error) {
+	var out outcome
 	tx, err := r.db.Begin(ctx)
 	if err != nil {
 		// Nothing of the events was tried: no connection, or no answer.
@@ -97,7 +131,8 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 				}
 				continue
 			}
-			delete(fresh, ev.ID) // a second delivery within the batch is a duplicate
+			delete(fresh, ev.ID)  // a second delivery within the batch is a duplicate,
+			existed[ev.ID] = true // and a plain one, not a conflict
 			toApply = append(toApply, ev)
 		}
 		if len(toApply) > 0 {
@@ -114,18 +149,115 @@ func (r *Runtime) apply(ctx context.Context, evs []Event) (outcome, error) {
 		}
 		return nil
 	}()
-	if err != nil {
-		return outcome{}, err
+	return out, err
+}
+
+// connAcquirer is a DB that lends one of its connections (PoolDB).
+type connAcquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// pipelined is what applyPipelined did.
+type pipelined struct {
+	committed bool // every event was new and the transaction committed
+	conflicts int  // when not committed: events a concurrent transaction marked while the marks waited
+}
+
+// applyPipelined is apply's two-round-trip path for the common case, no
+// event of evs marked yet, instead of the general path's four (BEGIN, the
+// marks, the handler's statements, COMMIT). The first round trip is one
+// pipeline: BEGIN, the marks (markSQL) and the handler's statements for
+// every event, whose checks then run on their results; the second is the
+// COMMIT, sent only when every mark was new and every statement and check
+// passed, with consumer.before_db_commit evaluated just before it as on the
+// general path. Until that COMMIT the transaction is open, as on the general
+// path, so the handler's statements for an event marked before are rolled
+// back, never committed.
+//
+// When a mark existed (an event applied before) it rolls back and reports
+// not committed, with the events a concurrent transaction marked while the
+// marks waited (conflicts, which a second try cannot see as such), and
+// apply runs the events the general way. So it does, with no conflicts,
+// when no connection could be had or a handler's Queue refused an event,
+// for the general path to report. Any other failure (a statement, a check,
+// a lost connection, a failpoint, the COMMIT) rolls back and is returned as
+// the general path returns it. It needs a Batcher handler, a DB that lends
+// connections and events with distinct IDs; otherwise it reports not
+// committed at once.
+func (r *Runtime) applyPipelined(ctx context.Context, ids []uuid.UUID, evs []Event) (pipelined, error) {
+	batcher, ok := r.handler.(Batcher)
+	if !ok {
+		return pipelined{}, nil
 	}
-	applySeconds.WithLabelValues(r.opts.Name).Observe(time.Since(start).Seconds())
-	if out.applied > 0 {
-		if err := failpoint.Eval(ctx, failpoint.ConsumerAfterDBCommitBeforeOffset); err != nil {
-			// Committed but reported as failed: the retry finds the marks and
-			// counts the events as duplicates, which is what a crash here does.
-			return outcome{}, err
+	db, ok := r.db.(connAcquirer)
+	if !ok {
+		return pipelined{}, nil
+	}
+	seen := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return pipelined{}, nil // delivered twice in one batch
+		}
+		seen[id] = true
+	}
+	var fresh, existed int
+	marked := false
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(markSQL, r.opts.Name, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id uuid.UUID
+			var isNew bool
+			if err := rows.Scan(&id, &isNew); err != nil {
+				return fmt.Errorf("reading marks: %w", err)
+			}
+			if isNew {
+				fresh++
+			} else {
+				existed++
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("marking %d events: %w", len(ids), err)
+		}
+		marked = true
+		return nil
+	})
+	for _, ev := range evs {
+		if err := batcher.Queue(b, ev); err != nil {
+			return pipelined{}, nil // the general path reports it, for its event
 		}
 	}
-	return out, nil
+	c, err := db.Acquire(ctx)
+	if err != nil {
+		return pipelined{}, nil
+	}
+	// A connection released inside a transaction (a rollback that failed)
+	// is closed by the pool, never reused.
+	defer c.Release()
+	err = c.SendBatch(ctx, b).Close()
+	if err == nil && fresh == len(ids) {
+		err = failpoint.Eval(ctx, failpoint.ConsumerBeforeDBCommit)
+		if err == nil {
+			tag, err := c.Exec(ctx, "COMMIT")
+			if err == nil && tag.String() != "COMMIT" {
+				err = pgx.ErrTxCommitRollback // the transaction had failed: COMMIT rolled it back
+			}
+			if err != nil {
+				return pipelined{}, fmt.Errorf("committing: %w", err)
+			}
+			return pipelined{committed: true}, nil
+		}
+		_, _ = c.Exec(ctx, "ROLLBACK")
+		return pipelined{}, err
+	}
+	_, _ = c.Exec(ctx, "ROLLBACK")
+	if marked && fresh < len(ids) {
+		// Statements of events marked before may have failed too: the
+		// general path runs none of them.
+		return pipelined{conflicts: len(ids) - fresh - existed}, nil
+	}
+	return pipelined{}, fmt.Errorf("applying %d events from %s[%d]@%d: %w", len(evs), evs[0].Topic, evs[0].Partition, evs[0].Offset, err)
 }
 
 // ApplyBatch applies evs in one transaction exactly as Run applies a batch

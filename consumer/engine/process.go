@@ -135,6 +135,9 @@ func (r *Runtime) processOne(p *partition, m *kafka.Message) bool {
 		p.retrying.Store(true)
 		retriesTotal.WithLabelValues(r.opts.Name).Inc()
 		wait := backoff(attempt, r.opts.InitialBackoff, r.opts.MaxBackoff)
+		if class == ClassNotFound && counted == 1 {
+			wait = min(wait, notFoundFirstWait)
+		}
 		switch {
 		case class != ClassUnavailable:
 			r.setUnavailable(p, false)
@@ -154,6 +157,14 @@ func (r *Runtime) processOne(p *partition, m *kafka.Message) bool {
 		}
 	}
 }
+
+// notFoundFirstWait is the wait before the second attempt at an event whose
+// subject was not found. The usual cause is a transaction that logical
+// decoding handed to the relay a moment before it became visible to other
+// sessions (see ErrNotFound): under load, up to a few milliseconds. The
+// partition waits behind the event, so the first retry comes that soon;
+// later ones back off as usual.
+const notFoundFirstWait = 5 * time.Millisecond
 
 // deadLetter writes m's DLQ record and waits for the DLQ's acknowledgement,
 // retrying the write until it succeeds or p stops. Only then may the source

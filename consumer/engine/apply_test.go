@@ -60,33 +60,8 @@ func TestPipelinedApply(t *testing.T) {
 
 	// A mark held by a concurrent transaction: the pipelined insert waits for
 	// it, fails once it commits, and the general path counts a conflict.
-	e := ev("e")
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, markSQL, "pipelined", []uuid.UUID{e.ID}); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		out outcome
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, err := r.apply(ctx, []Event{e})
-		done <- result{out, err}
-	}()
-	select {
-	case res := <-done:
-		t.Fatalf("apply finished while a concurrent transaction held the mark: %+v", res)
-	case <-time.After(300 * time.Millisecond):
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res := <-done; res.err != nil || res.out != (outcome{duplicates: 1, conflicts: 1}) {
-		t.Fatalf("concurrent mark: %+v, %v; want one duplicate that is a conflict", res.out, res.err)
+	if out, err := applyBehindHeldMark(t, env, r, "pipelined", ev("e")); err != nil || out != (outcome{duplicates: 1, conflicts: 1}) {
+		t.Fatalf("concurrent mark: %+v, %v; want one duplicate that is a conflict", out, err)
 	}
 
 	var effects, marks int
@@ -103,4 +78,38 @@ func TestPipelinedApply(t *testing.T) {
 	if lateMarks != 0 {
 		t.Fatal("late-poison left a mark without its effect")
 	}
+}
+
+// applyBehindHeldMark applies ev with r while a concurrent transaction holds
+// ev's mark for consumer, checks that the apply waits for it, commits that
+// transaction and returns what the apply did.
+func applyBehindHeldMark(t *testing.T, env *testenv.Env, r *Runtime, consumer string, ev Event) (outcome, error) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, markSQL, consumer, []uuid.UUID{ev.ID}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := r.apply(ctx, []Event{ev})
+		done <- result{out, err}
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("apply finished while a concurrent transaction held the mark: %+v", res)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	return res.out, res.err
 }

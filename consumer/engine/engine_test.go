@@ -400,35 +400,9 @@ func TestConcurrentDuplicateIsConflict(t *testing.T) {
 	r := New(Options{Name: "conflict"}, PoolDB{env.Pool}, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ev := Event{ID: uuid.New(), Key: "k", Payload: []byte("x")}
 
-	// Hold the first transaction open after its mark.
 	ctx := context.Background()
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, markSQL, "conflict", []uuid.UUID{ev.ID}); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		out outcome
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, err := r.apply(ctx, []Event{ev})
-		done <- result{out, err}
-	}()
-	select {
-	case res := <-done:
-		t.Fatalf("second transaction finished while the first held the mark: %+v", res)
-	case <-time.After(300 * time.Millisecond):
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res := <-done
-	if res.err != nil || res.out != (outcome{duplicates: 1, conflicts: 1}) {
-		t.Fatalf("second transaction: %+v, %v; want one duplicate that is a conflict", res.out, res.err)
+	if out, err := applyBehindHeldMark(t, env, r, "conflict", ev); err != nil || out != (outcome{duplicates: 1, conflicts: 1}) {
+		t.Fatalf("second transaction: %+v, %v; want one duplicate that is a conflict", out, err)
 	}
 	// A later redelivery is a plain duplicate.
 	out, err := r.apply(ctx, []Event{ev, ev})

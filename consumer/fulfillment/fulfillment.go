@@ -65,13 +65,21 @@ func (Handler) Queue(b *pgx.Batch, ev engine.Event) error {
 // of a row a concurrent transaction changed, so an order cancelled
 // meanwhile is never processed.
 //
+// processSQL tests the status as `(status = 'created') IS TRUE`, which no
+// index answers, so that PostgreSQL finds the row by its primary key. With
+// the plain `status = 'created'` it used orders_status_created_at_id_idx
+// instead (its statistics say few orders are created) and walked that
+// index's entries of every created order, live or updated since the last
+// vacuum, for each event: 2–3 ms and most of PostgreSQL's CPU per applied
+// event at 1,000 orders/s (status is NOT NULL, so both tests agree).
+//
 // cancelSQL marks the order cancelled (the order API may have done so
 // already, in the transaction that recorded the event) and cancels its
 // shipment, if it has one.
 const (
 	processSQL = `WITH processed AS (
 	UPDATE orders SET status = 'processed', updated_at = now()
-	WHERE id = $1 AND status = 'created'
+	WHERE id = $1 AND (status = 'created') IS TRUE
 	RETURNING id
 ), shipped AS (
 	INSERT INTO shipments (order_id) SELECT id FROM processed

@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -163,4 +164,86 @@ func TestQueueBatch(t *testing.T) {
 	if got := stateOf(t, env, d); got != (state{"created", 0, 0}) {
 		t.Fatalf("order of the failed batch: %+v; want untouched", got)
 	}
+}
+
+// TestChangesFindTheOrderByPrimaryKey: both statements reach the order
+// through orders_pkey, in the custom and the generic plan, on a table whose
+// statistics say every order is processed (the shape of a running system,
+// where an index on status looks selective for 'created').
+func TestChangesFindTheOrderByPrimaryKey(t *testing.T) {
+	env := testenv.New(t)
+	ctx := context.Background()
+	if _, err := env.Pool.Exec(ctx, `INSERT INTO orders (id, customer_id, currency, total_cents, status)
+		SELECT gen_random_uuid(), 'c-' || (i % 50), 'EUR', 20, 'processed' FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `ANALYZE orders`); err != nil {
+		t.Fatal(err)
+	}
+	id := insertOrder(t, env, "created")
+	for name, sql := range map[string]string{"process": processSQL, "cancel": cancelSQL} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				err := inTx(t, env, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, "PREPARE change(uuid) AS "+sql); err != nil {
+						return err
+					}
+					var plan string
+					if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE change('"+id+"')").Scan(&plan); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, "DEALLOCATE change"); err != nil {
+						return err
+					}
+					update := updateScan(t, plan)
+					if update != "orders_pkey" {
+						t.Errorf("the UPDATE of orders scans %q, want orders_pkey; plan: %s", update, plan)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// updateScan returns the index the plan's UPDATE of orders reads its row
+// through ("" for none).
+func updateScan(t *testing.T, plan string) string {
+	t.Helper()
+	type node struct {
+		NodeType string `json:"Node Type"`
+		Relation string `json:"Relation Name"`
+		Index    string `json:"Index Name"`
+		Plans    []node `json:"Plans"`
+	}
+	var root []struct {
+		Plan node `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &root); err != nil || len(root) != 1 {
+		t.Fatalf("reading the plan (%v): %s", err, plan)
+	}
+	var find func(n node, inUpdate bool) (string, bool)
+	find = func(n node, inUpdate bool) (string, bool) {
+		if inUpdate && n.Relation == "orders" {
+			return n.Index, true
+		}
+		inUpdate = inUpdate || (n.NodeType == "ModifyTable" && n.Relation == "orders")
+		for _, c := range n.Plans {
+			if idx, ok := find(c, inUpdate); ok {
+				return idx, true
+			}
+		}
+		return "", false
+	}
+	idx, ok := find(root[0].Plan, false)
+	if !ok {
+		t.Fatalf("no UPDATE of orders in the plan: %s", plan)
+	}
+	return idx
 }

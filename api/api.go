@@ -36,6 +36,10 @@ type Config struct {
 	HTTPAddr string `name:"http-addr" help:"HTTP (REST gateway, /healthz, /readyz) listen address." default:"127.0.0.1:8080"`
 	// MaxConns bounds the PostgreSQL pool.
 	MaxConns int32 `name:"max-conns" help:"PostgreSQL pool size." default:"16"`
+	// CreateWriters bounds the transactions of creates without an
+	// idempotency key written at once; creates that arrive while they are
+	// all busy share the next one's commit (api/store group commit).
+	CreateWriters int `name:"create-writers" help:"Transactions of creates without an idempotency key written at once; creates arriving while all are busy share the next one's commit. 1 is the cheapest per order; more raise the ceiling of one PostgreSQL backend." default:"1"`
 	// ShutdownTimeout bounds the graceful drain of in-flight requests.
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" help:"How long shutdown waits for in-flight requests." default:"10s"`
 	// RequestTimeout caps every call's deadline (a shorter client deadline
@@ -85,6 +89,7 @@ func DefaultConfig() Config {
 		GRPCAddr:          "127.0.0.1:9090",
 		HTTPAddr:          "127.0.0.1:8080",
 		MaxConns:          16,
+		CreateWriters:     store.DefaultCreateWriters,
 		ShutdownTimeout:   10 * time.Second,
 		RequestTimeout:    10 * time.Second,
 		IdempotencyWindow: 24 * time.Hour,
@@ -110,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns <= 0 || c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("max-conns and shutdown-timeout must be positive"))
+	}
+	if c.CreateWriters <= 0 || c.CreateWriters > int(c.MaxConns) {
+		errs = append(errs, errors.New("create-writers must be between 1 and max-conns"))
 	}
 	if c.RequestTimeout <= 0 || c.IdempotencyWindow <= 0 || c.PruneInterval <= 0 {
 		errs = append(errs, errors.New("request-timeout, idempotency-window and prune-interval must be positive"))
@@ -158,7 +166,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		return fmt.Errorf("creating postgres pool: %w", err)
 	}
 	defer pool.Close()
-	st := store.New(pool)
+	st := store.New(pool, store.WithCreateWriters(cfg.CreateWriters))
 
 	lis, err := listen(cfg)
 	if err != nil {

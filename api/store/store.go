@@ -94,11 +94,29 @@ type Created struct {
 
 // Store reads and writes orders through a pgx pool.
 type Store struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	group *groupCommitter
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithCreateWriters bounds the transactions of creates without an
+// idempotency key being written at once (DefaultCreateWriters); creates
+// that arrive while all are busy share the next one's commit (group.go).
+// n below 1 is taken as 1.
+func WithCreateWriters(n int) Option {
+	return func(s *Store) { s.group.maxWriters = max(n, 1) }
 }
 
 // New returns a Store using pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool, group: &groupCommitter{pool: pool, maxWriters: DefaultCreateWriters}}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
 
 // CreateOrder inserts the order, its items and its outbox event in one
 // transaction. The order's CreatedAt and UpdatedAt are stored as given.
@@ -128,8 +146,13 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *
 		// conditional read needs an explicit transaction.
 		// An armed before-commit point holds statements PostgreSQL has
 		// executed; otherwise they leave with the Sync, in one write.
-		sendFirst := failpoint.IsArmed(failpoint.APIBeforeCommit)
-		if err := execPipeline(ctx, s.pool, writes, sendFirst, beforeCommit); err != nil {
+		// Under load, concurrent creates share the transaction (group.go).
+		if failpoint.IsArmed(failpoint.APIBeforeCommit) {
+			err = execPipeline(ctx, s.pool, writes, true, beforeCommit)
+		} else {
+			err = s.group.create(ctx, writes)
+		}
+		if err != nil {
 			return Created{}, classify(fmt.Errorf("creating order %s: %w", o.ID, err))
 		}
 		return created, nil

@@ -42,6 +42,18 @@ func (f *groupFixture) holdOutbox() (release func()) {
 	return func() { _ = tx.Rollback(ctx) }
 }
 
+// holdWriter holds the outbox and starts a first create, which takes the
+// writer and waits for the lock inside PostgreSQL; creates started after it
+// wait for the writer until release is called.
+func (f *groupFixture) holdWriter(ctx context.Context) (release func(), first *Order, firstDone <-chan error) {
+	f.t.Helper()
+	release = f.holdOutbox()
+	first, firstEv := newOrder(f.t)
+	firstDone = f.create(ctx, first, firstEv)
+	waitLocked(f.t, f.env, "outbox")
+	return release, first, firstDone
+}
+
 // waitPending waits until n creates wait for the writer.
 func (f *groupFixture) waitPending(n int) {
 	f.t.Helper()
@@ -92,11 +104,7 @@ func (f *groupFixture) transactionsOf(orders ...*Order) (txs, rows int) {
 func TestCreatesWaitingForTheWriterShareOneTransaction(t *testing.T) {
 	f := newGroupFixture(t)
 	ctx := context.Background()
-	release := f.holdOutbox()
-
-	first, firstEv := newOrder(t)
-	firstDone := f.create(ctx, first, firstEv)
-	waitLocked(t, f.env, "outbox")
+	release, first, firstDone := f.holdWriter(ctx)
 
 	const waiting = 5
 	var group []*Order
@@ -139,11 +147,7 @@ func TestCreatesWaitingForTheWriterShareOneTransaction(t *testing.T) {
 func TestRefusedGroupIsWrittenAgainOneByOne(t *testing.T) {
 	f := newGroupFixture(t)
 	ctx := context.Background()
-	release := f.holdOutbox()
-
-	first, firstEv := newOrder(t)
-	firstDone := f.create(ctx, first, firstEv)
-	waitLocked(t, f.env, "outbox")
+	release, _, firstDone := f.holdWriter(ctx)
 
 	good1, ev1 := newOrder(t)
 	bad, badEv := newOrder(t)
@@ -182,11 +186,7 @@ func TestRefusedGroupIsWrittenAgainOneByOne(t *testing.T) {
 func TestWaitingCreateWithdrawsWhenItsContextEnds(t *testing.T) {
 	f := newGroupFixture(t)
 	ctx := context.Background()
-	release := f.holdOutbox()
-
-	first, firstEv := newOrder(t)
-	firstDone := f.create(ctx, first, firstEv)
-	waitLocked(t, f.env, "outbox")
+	release, first, firstDone := f.holdWriter(ctx)
 
 	gone, goneEv := newOrder(t)
 	kept, keptEv := newOrder(t)

@@ -72,7 +72,8 @@ type sizes struct {
 	pgDuration   time.Duration
 	apiClients   int
 	apiDuration  time.Duration
-	backlog      int // events committed with the reader stopped
+	apiWarmup    time.Duration // closed loop before the api is measured
+	backlog      int           // events committed with the reader stopped
 	rates        []int
 	rateDuration time.Duration
 	batchSize    int
@@ -88,12 +89,12 @@ type sizes struct {
 
 func sizesFor(smoke bool) sizes {
 	if smoke {
-		return sizes{pgClients: []int{8}, pgDuration: 2 * time.Second, apiClients: 8, apiDuration: 2 * time.Second,
+		return sizes{pgClients: []int{8}, pgDuration: 2 * time.Second, apiClients: 8, apiDuration: 2 * time.Second, apiWarmup: 500 * time.Millisecond,
 			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50, peerRates: []int{100},
 			peerBacklog: 2_000, peerDuration: 3 * time.Second,
 			growthBacklogs: []int{500, 2_000}, growthApplyEvents: 2_000, growthPartitions: []int{1, 2}}
 	}
-	return sizes{pgClients: []int{8, 16, 32}, pgDuration: 10 * time.Second, apiClients: 32, apiDuration: 15 * time.Second,
+	return sizes{pgClients: []int{8, 16, 32}, pgDuration: 10 * time.Second, apiClients: 32, apiDuration: 15 * time.Second, apiWarmup: 2 * time.Second,
 		backlog: 200_000, rates: []int{250, 500, 1000, 2000}, rateDuration: 30 * time.Second, batchSize: 100,
 		peerRates: []int{500, 2000}, peerBacklog: 200_000, peerDuration: 30 * time.Second,
 		growthBacklogs: []int{10_000, 100_000, 1_000_000}, growthApplyEvents: 100_000, growthPartitions: []int{1, 2, 4, 8}}

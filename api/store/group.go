@@ -29,8 +29,8 @@ import (
 // of each paying for its own: on a 2-core machine at 2,000 orders/s this
 // halved PostgreSQL's CPU per order and cut the api's by a sixth
 // (docs/api.md). One writer's ceiling is what one PostgreSQL backend
-// executes (about 8,000 orders/s there); more writers raise it, for fewer
-// orders per commit.
+// executes (about 5,000–6,000 orders/s there, sharing 2 cores with
+// everything else); more writers raise it, for fewer orders per commit.
 //
 // Failure windows:
 //   - PostgreSQL refuses a statement of a group (severity ERROR: the

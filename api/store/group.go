@@ -177,12 +177,15 @@ func (g *groupCommitter) lead(self *pendingCreate) {
 func (g *groupCommitter) write(group []*pendingCreate) {
 	live := group[:0]
 	var deadline time.Time
+	unbounded := false // a member without a deadline: the group has none
 	for _, p := range group {
 		if err := p.ctx.Err(); err != nil {
 			p.done <- groupResult{err: err}
 			continue
 		}
-		if d, ok := p.ctx.Deadline(); ok && d.After(deadline) {
+		d, ok := p.ctx.Deadline()
+		unbounded = unbounded || !ok
+		if d.After(deadline) {
 			deadline = d
 		}
 		live = append(live, p)
@@ -191,7 +194,7 @@ func (g *groupCommitter) write(group []*pendingCreate) {
 		return
 	}
 	ctx := context.WithoutCancel(live[0].ctx)
-	if !deadline.IsZero() {
+	if !unbounded {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()

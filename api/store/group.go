@@ -53,12 +53,23 @@ const (
 	maxGroup = 64
 )
 
-// groupSize counts the creates of each key-less create transaction.
-var groupSize = promauto.NewHistogram(prometheus.HistogramOpts{
-	Name:    "eventforge_api_create_group_size",
-	Help:    "Orders committed per transaction of creates without an idempotency key (1: written alone).",
-	Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
-})
+// groupSize counts the creates of each key-less create transaction. It is
+// registered by the first New, so that only a process that writes orders
+// exports it (the binary links this package into every component).
+var (
+	groupSize         prometheus.Histogram
+	registerGroupSize sync.Once
+)
+
+func registerMetrics() {
+	registerGroupSize.Do(func() {
+		groupSize = promauto.NewHistogram(prometheus.HistogramOpts{
+			Name:    "eventforge_api_create_group_size",
+			Help:    "Orders committed per transaction of creates without an idempotency key (1: written alone).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		})
+	})
+}
 
 // pendingCreate is one create waiting to be written.
 type pendingCreate struct {

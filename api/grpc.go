@@ -27,6 +27,10 @@ import (
 func newGRPCServer(ctx context.Context, cfg Config, st *store.Store, serverTLS *tls.Config, logger *slog.Logger) (*grpc.Server, *health.Server) {
 	grpcServer := grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		// Calls run on long-lived worker goroutines whose stacks have
+		// already grown to what a call needs, instead of a new goroutine
+		// per call that grows (copies) its stack on every call.
+		grpc.NumStreamWorkers(streamWorkers),
 		// Requests decode in their handlers (rpc.ServiceDesc) and streams
 		// (rpc.StreamDecoding), so one that does not decode is
 		// INVALID_ARGUMENT, not grpc-go's INTERNAL.
@@ -131,3 +135,8 @@ func keepHealth(ctx context.Context, st *store.Store, hs *health.Server) {
 		}
 	}
 }
+
+// streamWorkers is how many calls run on reused goroutines at once: as
+// many as one create group holds (a call beyond it gets a goroutine of its
+// own, as without workers). Idle workers cost their stacks, a few KiB each.
+const streamWorkers = 64

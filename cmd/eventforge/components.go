@@ -19,6 +19,7 @@ func (c *apiCmd) Run(env *runEnv) error {
 	if err := c.Console.CheckExposure(c.HTTPAddr); err != nil {
 		return err
 	}
+	setGCPercent(apiGCPercent, env.logger)
 	// An empty key inlines the group: each flag is a key of the line.
 	env.logger.Info("starting api", slog.Any("", c.Config), slog.Any("", c.Console), "kafka_security", env.kafka)
 	if !c.Console.Enabled {

@@ -202,6 +202,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		SessionTimeout:   cfg.SessionTimeout,
 		DLQSuffix:        cfg.DLQSuffix,
 		DLQStatsInterval: cfg.DLQStatsInterval,
+		OnAssignment:     memoryLimiter(cfg.QueueBytes, logger),
 	}, engine.PoolDB{Pool: pool}, handler, logger)
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -107,6 +107,9 @@ type Options struct {
 	SessionTimeout   time.Duration // group session timeout
 	DLQSuffix        string        // DLQ topic = source topic + suffix
 	DLQStatsInterval time.Duration // how often the DLQ gauges are refreshed
+	// OnAssignment, if set, is called on the poll goroutine after each
+	// rebalance with the number of partitions now assigned.
+	OnAssignment func(partitions int)
 }
 
 // DefaultOptions are the options a consumer runs with unless configured
@@ -401,6 +404,9 @@ func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		if err := c.IncrementalUnassign(e.Partitions); err != nil {
 			return fmt.Errorf("unassigning partitions: %w", err)
 		}
+	}
+	if r.opts.OnAssignment != nil {
+		r.opts.OnAssignment(len(r.parts))
 	}
 	return nil
 }

@@ -100,7 +100,8 @@ func (e *env) cleanup(logger *slog.Logger) {
 		e.pool.Close()
 	}
 	if a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4"}); err == nil {
-		_, _ = a.DeleteTopics(ctx, []string{e.topic, e.topic + ".warmup"})
+		// The consumers create the dead-letter topic of what they consume.
+		_, _ = a.DeleteTopics(ctx, []string{e.topic, e.topic + ".warmup", e.topic + ".dlq"})
 		_, _ = a.DeleteConsumerGroups(ctx, []string{e.group + "-off", e.group + "-on"})
 		a.Close()
 	}

@@ -153,7 +153,7 @@ func (r *runner) growthApplyGrid(ctx context.Context, topic string, from map[int
 			return err
 		}
 		if err := r.copyRecords(ctx, recs, pt); err != nil {
-			r.env.deleteTopics(pt)
+			r.env.deleteTopics(pt, pt+".dlq")
 			return err
 		}
 		for _, workers := range r.sz.growthPartitions {
@@ -162,12 +162,12 @@ func (r *runner) growthApplyGrid(ctx context.Context, topic string, from map[int
 			}
 			run, err := r.growthApplyRun(ctx, pt, parts, workers)
 			if err != nil {
-				r.env.deleteTopics(pt)
+				r.env.deleteTopics(pt, pt+".dlq")
 				return err
 			}
 			r.res.Growth.Apply = append(r.res.Growth.Apply, run)
 		}
-		r.env.deleteTopics(pt)
+		r.env.deleteTopics(pt, pt+".dlq")
 	}
 	return nil
 }

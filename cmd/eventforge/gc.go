@@ -11,10 +11,11 @@ import (
 // order (decoded requests, encoded statements, the JSON payload), all of it
 // short-lived. Go's default (GOGC=100, a 4 MiB minimum heap goal) then
 // collects every few MiB: dozens of cycles a second at a few thousand
-// orders/s, each scanning every goroutine's stack. At 400 the heap goal is
-// about 16–20 MiB and the collector runs a quarter as often; measured in
-// make bench's gRPC closed loop, the api's CPU per order fell by about a
-// tenth (docs/bench.md).
+// orders/s, each scanning every goroutine's stack. At 400 the collector
+// runs a quarter as often, for a larger heap (the api's peak RSS in
+// make bench's closed loops rose from about 50 to about 70 MiB); with the
+// gRPC stream workers, the api's CPU per order in the gRPC closed loop fell
+// by a fifth or more (docs/bench.md).
 const apiGCPercent = 400
 
 // setGCPercent sets the collector's target to percent unless the operator

@@ -55,6 +55,7 @@ func (c *devCmd) Run(env *runEnv) error {
 		return err
 	}
 	defer release()
+	setGCPercent(apiGCPercent, env.logger) // this process serves the api; cdc and consumers are children
 
 	dsn, brokers := c.DatabaseURL, c.KafkaBrokers
 	if !external {

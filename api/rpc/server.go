@@ -66,6 +66,8 @@ func New(s Store, logger *slog.Logger, opts ...Option) *Server {
 
 // payloadJSON is how event payloads are stored in outbox.payload: protojson
 // with the proto field names (snake_case), as the REST API speaks.
+// OrderCreated, written once per order, has an encoder of its own with the
+// same output (appendOrderCreated).
 var payloadJSON = protojson.MarshalOptions{UseProtoNames: true}
 
 // CreateOrder validates the request and writes the order and its
@@ -141,7 +143,7 @@ func newOrder(req *eventforgev1.CreateOrderRequest, total int64, orderID, eventI
 		o.Items = append(o.Items, store.Item{SKU: it.GetSku(), Quantity: it.GetQuantity(), UnitPriceCents: it.GetUnitPriceCents()})
 		items = append(items, &eventforgev1.OrderItem{Sku: it.GetSku(), Quantity: it.GetQuantity(), UnitPriceCents: it.GetUnitPriceCents()})
 	}
-	payload, err := payloadJSON.Marshal(&eventforgev1.OrderCreated{
+	payload, err := appendOrderCreated(make([]byte, 0, 256), &eventforgev1.OrderCreated{
 		OrderId:    orderID.String(),
 		CustomerId: o.CustomerID,
 		Currency:   o.Currency,

@@ -8,6 +8,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventforge/eventforge/contract"
@@ -42,6 +43,17 @@ type outcome struct {
 	applied    int // events whose mark was new: the handler applied them
 	duplicates int // events whose mark existed (or appeared concurrently)
 	conflicts  int // of duplicates: marked by a concurrent transaction
+}
+
+// markIDs hands event IDs to pgx as its native UUID type, which it writes
+// in binary: a uuid.UUID goes through driver.Valuer, its text form and
+// reflection over the slice, which was 6% of the consumer's CPU per event.
+func markIDs(ids []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = pgtype.UUID{Bytes: id, Valid: true}
+	}
+	return out
 }
 
 // apply runs one transaction over evs, in order: the marks, then the
@@ -99,23 +111,23 @@ func (r *Runtime) applyGeneral(ctx context.Context, ids []uuid.UUID, evs []Event
 	}
 	err = func() error {
 		defer func() { _ = tx.Rollback(ctx) }() // no-op after COMMIT
-		rows, err := tx.Query(ctx, markSQL, r.opts.Name, ids)
+		rows, err := tx.Query(ctx, markSQL, r.opts.Name, markIDs(ids))
 		if err != nil {
 			return fmt.Errorf("marking %d events: %w", len(ids), err)
 		}
 		fresh := make(map[uuid.UUID]bool, len(ids))
 		existed := make(map[uuid.UUID]bool)
 		for rows.Next() {
-			var id uuid.UUID
+			var id pgtype.UUID
 			var isNew bool
 			if err := rows.Scan(&id, &isNew); err != nil {
 				rows.Close()
 				return fmt.Errorf("reading marks: %w", err)
 			}
 			if isNew {
-				fresh[id] = true
+				fresh[id.Bytes] = true
 			} else {
-				existed[id] = true
+				existed[id.Bytes] = true
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -204,9 +216,9 @@ func (r *Runtime) applyPipelined(ctx context.Context, ids []uuid.UUID, evs []Eve
 	marked := false
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(markSQL, r.opts.Name, ids).Query(func(rows pgx.Rows) error {
+	b.Queue(markSQL, r.opts.Name, markIDs(ids)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id uuid.UUID
+			var id pgtype.UUID
 			var isNew bool
 			if err := rows.Scan(&id, &isNew); err != nil {
 				return fmt.Errorf("reading marks: %w", err)

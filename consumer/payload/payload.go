@@ -30,9 +30,12 @@ var (
 // engine.ErrMalformed (does not parse) or engine.ErrInvalid (fails
 // validation).
 func Created(ev engine.Event) (*eventforgev1.OrderCreated, error) {
-	var m eventforgev1.OrderCreated
-	if err := unmarshal.Unmarshal(ev.Payload, &m); err != nil {
-		return nil, fmt.Errorf("%w: OrderCreated payload: %v", engine.ErrMalformed, err)
+	m, ok := decodeCreated(ev.Payload)
+	if !ok {
+		m = &eventforgev1.OrderCreated{}
+		if err := unmarshal.Unmarshal(ev.Payload, m); err != nil {
+			return nil, fmt.Errorf("%w: OrderCreated payload: %v", engine.ErrMalformed, err)
+		}
 	}
 	if err := checkOrder(m.GetOrderId(), ev.Key); err != nil {
 		return nil, err
@@ -56,7 +59,7 @@ func Created(ev engine.Event) (*eventforgev1.OrderCreated, error) {
 	if total != m.GetTotalCents() {
 		return nil, fmt.Errorf("%w: total_cents %d, items sum to %d", engine.ErrInvalid, m.GetTotalCents(), total)
 	}
-	return &m, nil
+	return m, nil
 }
 
 // Cancelled decodes and validates an OrderCancelled event, like Created.

@@ -65,9 +65,19 @@ func exporting() bool {
 	return !idOnly
 }
 
+// noStats is the part of a stats.Handler the id-only handlers leave
+// empty: nothing per connection, nothing after a call starts.
+type noStats struct{}
+
+func (noStats) HandleRPC(context.Context, stats.RPCStats) {}
+
+func (noStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (noStats) HandleConn(context.Context, stats.ConnStats) {}
+
 // idOnlyServerHandler starts each call's span from the trace context in
 // the incoming metadata, reading only the propagator's keys.
-type idOnlyServerHandler struct{}
+type idOnlyServerHandler struct{ noStats }
 
 func (idOnlyServerHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	ctx = propagator.Extract(ctx, incomingMetadata{ctx})
@@ -75,17 +85,9 @@ func (idOnlyServerHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) c
 	return ctx
 }
 
-func (idOnlyServerHandler) HandleRPC(context.Context, stats.RPCStats) {}
-
-func (idOnlyServerHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-
-func (idOnlyServerHandler) HandleConn(context.Context, stats.ConnStats) {}
-
 // idOnlyClientHandler starts a client span for each call and sends its
 // trace context in the outgoing metadata.
-type idOnlyClientHandler struct{}
+type idOnlyClientHandler struct{ noStats }
 
 func (idOnlyClientHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	ctx, _ = Tracer().Start(ctx, info.FullMethodName, trace.WithSpanKind(trace.SpanKindClient))
@@ -96,14 +98,6 @@ func (idOnlyClientHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) c
 	propagator.Inject(ctx, outgoingMetadata(md)) // replaces the keys it sets
 	return metadata.NewOutgoingContext(ctx, md)
 }
-
-func (idOnlyClientHandler) HandleRPC(context.Context, stats.RPCStats) {}
-
-func (idOnlyClientHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-
-func (idOnlyClientHandler) HandleConn(context.Context, stats.ConnStats) {}
 
 // incomingMetadata reads a call's incoming metadata as a propagation
 // carrier without copying it (metadata.FromIncomingContext copies it all).

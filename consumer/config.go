@@ -40,6 +40,9 @@ type Config struct {
 	// BatchSize is the most records of one partition applied in one
 	// transaction; 1 turns batching off.
 	BatchSize int `name:"batch-size" help:"Most records of one partition per transaction (1 = no batching)." default:"100"`
+	// BatchWait is the longest a partition's oldest queued record waits
+	// for a fuller batch; 0 applies what is queued at once.
+	BatchWait time.Duration `name:"batch-wait" help:"Longest a partition's oldest queued record waits for more before fewer than --batch-size are applied (0 = apply what is queued at once)." default:"0s"`
 	// QueueSize is how many records are buffered per partition before its
 	// fetching pauses.
 	QueueSize int `name:"queue-size" help:"Records buffered per partition before its fetching pauses." default:"5000"`
@@ -48,6 +51,9 @@ type Config struct {
 	// partition before its fetching pauses, whichever of QueueSize and
 	// QueueBytes is reached first.
 	QueueBytes int `name:"queue-bytes" help:"Bytes of records buffered per partition before its fetching pauses (whichever of --queue-size and --queue-bytes is reached first)." default:"4194304"`
+	// FetchWait is the longest the broker holds a fetch to gather more
+	// records; 0 answers as soon as any record is there.
+	FetchWait time.Duration `name:"fetch-wait" help:"Longest the broker holds a fetch to gather more records, so that one fetch and one transaction per partition carry several (0 = answer as soon as any record is there)." default:"10ms"`
 	// MaxAttempts is how often a retryable failure is tried before the
 	// record is dead-lettered.
 	MaxAttempts int `name:"max-attempts" help:"Attempts at a failing record before it is dead-lettered." default:"5"`
@@ -94,8 +100,10 @@ func DefaultConfig() Config {
 		Topics:           []string{contract.Topic},
 		Workers:          o.Workers,
 		BatchSize:        o.BatchSize,
+		BatchWait:        o.BatchWait,
 		QueueSize:        o.QueueSize,
 		QueueBytes:       o.QueueBytes,
+		FetchWait:        o.FetchWait,
 		MaxAttempts:      o.MaxAttempts,
 		InitialBackoff:   o.InitialBackoff,
 		NotFoundGrace:    o.NotFoundGrace,
@@ -140,6 +148,12 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 1 || c.BatchSize < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxAttempts < 1 {
 		errs = append(errs, errors.New("workers, batch-size, queue-size, queue-bytes and max-attempts must be at least 1"))
+	}
+	if c.BatchWait < 0 || c.BatchWait > 5*time.Second {
+		errs = append(errs, errors.New("batch-wait must be between 0 and 5s"))
+	}
+	if c.FetchWait < 0 || (c.FetchWait > 0 && c.FetchWait < time.Millisecond) || c.FetchWait > 5*time.Second {
+		errs = append(errs, errors.New("fetch-wait must be 0 or between 1ms and 5s"))
 	}
 	if c.InitialBackoff <= 0 || c.MaxBackoff < c.InitialBackoff {
 		errs = append(errs, errors.New("initial-backoff must be positive and at most max-backoff"))
@@ -190,8 +204,10 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		Bootstrap:        cfg.KafkaBrokers,
 		Workers:          cfg.Workers,
 		BatchSize:        cfg.BatchSize,
+		BatchWait:        cfg.BatchWait,
 		QueueSize:        cfg.QueueSize,
 		QueueBytes:       cfg.QueueBytes,
+		FetchWait:        cfg.FetchWait,
 		MaxAttempts:      cfg.MaxAttempts,
 		InitialBackoff:   cfg.InitialBackoff,
 		NotFoundGrace:    cfg.NotFoundGrace,

@@ -23,6 +23,10 @@ func TestConfigValidate(t *testing.T) {
 		{"pool smaller than workers", func(c *Config) { c.Workers, c.MaxConns = 8, 4 }, "max-conns"},
 		{"empty dlq suffix", func(c *Config) { c.DLQSuffix = "" }, "dlq-suffix"},
 		{"zero probe timeout", func(c *Config) { c.ProbeTimeout = 0 }, "probe-timeout"},
+		{"no fetch wait", func(c *Config) { c.FetchWait = 0 }, ""},
+		{"negative fetch wait", func(c *Config) { c.FetchWait = -time.Millisecond }, "fetch-wait"},
+		{"fetch wait under a millisecond", func(c *Config) { c.FetchWait = 500 * time.Microsecond }, "fetch-wait"},
+		{"fetch wait too long", func(c *Config) { c.FetchWait = time.Minute }, "fetch-wait"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -95,6 +95,7 @@ type Options struct {
 	Bootstrap        string        // Kafka bootstrap servers
 	Workers          int           // partitions applied concurrently
 	BatchSize        int           // records of one partition per transaction (0: 1, no batching)
+	BatchWait        time.Duration // longest a partition's oldest record waits for a fuller batch (0: none)
 	QueueSize        int           // records buffered per partition before its fetching pauses
 	QueueBytes       int           // bytes of records buffered per partition before its fetching pauses
 	MaxAttempts      int           // attempts before a retryable failure is dead-lettered
@@ -107,6 +108,12 @@ type Options struct {
 	SessionTimeout   time.Duration // group session timeout
 	DLQSuffix        string        // DLQ topic = source topic + suffix
 	DLQStatsInterval time.Duration // how often the DLQ gauges are refreshed
+	// FetchWait is the longest the broker holds a fetch to gather more
+	// records (fetch.wait.max.ms with fetch.min.bytes of fetchGatherBytes);
+	// zero answers a fetch as soon as any record is there. At moderate
+	// rates a short wait lets one fetch, one wakeup and one transaction per
+	// partition carry several records.
+	FetchWait time.Duration
 	// OnAssignment, if set, is called on the poll goroutine after each
 	// rebalance with the number of partitions now assigned.
 	OnAssignment func(partitions int)
@@ -131,11 +138,12 @@ func DefaultOptions() Options {
 		SessionTimeout:   45 * time.Second,
 		DLQSuffix:        dlq.DefaultSuffix,
 		DLQStatsInterval: 15 * time.Second,
+		FetchWait:        DefaultFetchWait,
 	}
 }
 
 // withDefaults fills the zero fields from DefaultOptions; a zero BatchSize is
-// 1 and a zero NotFoundGrace stays zero.
+// 1, and a zero NotFoundGrace, FetchWait or BatchWait stays zero.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
 	orDefault(&o.Workers, d.Workers)
@@ -187,7 +195,16 @@ const (
 	// 1,000): with a small prefetch the bound is reached often, and a
 	// second's wait would starve the runtime's queues.
 	fetchQueueBackoffMS = 10
+	// fetchGatherBytes is the fetch.min.bytes of a fetch held for up to
+	// FetchWait: large enough that below a backlog the wait, not the size,
+	// ends it, and at most one partition's share of a response, so that a
+	// single partition's data can fill it.
+	fetchGatherBytes = 128 << 10
 )
+
+// DefaultFetchWait is FetchWait's default; docs/consumer.md (*Waiting for
+// more records*) has the measurements it was chosen from.
+const DefaultFetchWait = 10 * time.Millisecond
 
 // Runtime consumes Topics with a Handler. Create with New, then Run.
 type Runtime struct {
@@ -233,27 +250,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	r.dlq = d
 
 	cfg := kafkaconf.Base(r.opts.Bootstrap, "eventforge-"+r.opts.Name, logs)
-	settings := kafka.ConfigMap{
-		"group.id":                      r.opts.Group,
-		"partition.assignment.strategy": "cooperative-sticky",
-		"auto.offset.reset":             "earliest",
-		// Offsets are stored by the runtime only after the DB commit (or the
-		// DLQ ack) and committed periodically, on revoke and on close.
-		"enable.auto.offset.store": false,
-		"enable.auto.commit":       true,
-		"auto.commit.interval.ms":  int(r.opts.CommitPeriod / time.Millisecond),
-		"session.timeout.ms":       int(r.opts.SessionTimeout / time.Millisecond),
-		"heartbeat.interval.ms":    int(max(r.opts.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),
-		// librdkafka's own prefetch, on top of the runtime's queues. Pausing a
-		// partition discards what librdkafka prefetched for it, so a large
-		// prefetch is mostly fetched twice; its defaults also dominated the
-		// consumer's memory.
-		"queued.max.messages.kbytes": prefetchKBytes,
-		"fetch.max.bytes":            fetchMaxBytes,
-		"max.partition.fetch.bytes":  partitionFetchBytes,
-		"fetch.queue.backoff.ms":     fetchQueueBackoffMS,
-	}
-	for k, v := range settings {
+	for k, v := range consumerSettings(r.opts) {
 		cfg[k] = v
 	}
 	c, err := kafka.NewConsumer(&cfg)
@@ -467,4 +464,34 @@ func partitionList(tps []kafka.TopicPartition) []string {
 func isNoOffset(err error) bool {
 	var kerr kafka.Error
 	return errors.As(err, &kerr) && kerr.Code() == kafka.ErrNoOffset
+}
+
+// consumerSettings are the librdkafka properties of the Kafka consumer,
+// on top of kafkaconf.Base.
+func consumerSettings(o Options) kafka.ConfigMap {
+	settings := kafka.ConfigMap{
+		"group.id":                      o.Group,
+		"partition.assignment.strategy": "cooperative-sticky",
+		"auto.offset.reset":             "earliest",
+		// Offsets are stored by the runtime only after the DB commit (or the
+		// DLQ ack) and committed periodically, on revoke and on close.
+		"enable.auto.offset.store": false,
+		"enable.auto.commit":       true,
+		"auto.commit.interval.ms":  int(o.CommitPeriod / time.Millisecond),
+		"session.timeout.ms":       int(o.SessionTimeout / time.Millisecond),
+		"heartbeat.interval.ms":    int(max(o.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),
+		// librdkafka's own prefetch, on top of the runtime's queues. Pausing a
+		// partition discards what librdkafka prefetched for it, so a large
+		// prefetch is mostly fetched twice; its defaults also dominated the
+		// consumer's memory.
+		"queued.max.messages.kbytes": prefetchKBytes,
+		"fetch.max.bytes":            fetchMaxBytes,
+		"max.partition.fetch.bytes":  partitionFetchBytes,
+		"fetch.queue.backoff.ms":     fetchQueueBackoffMS,
+	}
+	if o.FetchWait > 0 {
+		settings["fetch.wait.max.ms"] = max(int(o.FetchWait/time.Millisecond), 1)
+		settings["fetch.min.bytes"] = fetchGatherBytes
+	}
+	return settings
 }

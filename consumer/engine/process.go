@@ -17,7 +17,7 @@ import (
 func (r *Runtime) work(p *partition) {
 	defer close(p.done)
 	for {
-		batch := p.take(r.opts.BatchSize)
+		batch := p.take(r.opts.BatchSize, r.opts.BatchWait)
 		if batch == nil || !r.process(p, batch) {
 			return
 		}

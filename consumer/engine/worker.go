@@ -22,6 +22,7 @@ type partition struct {
 	mu     sync.Mutex
 	queue  []*kafka.Message
 	queued int           // recordBytes of the records in queue
+	since  time.Time     // when queue last became non-empty
 	wake   chan struct{} // capacity 1: records were queued
 
 	retrying atomic.Bool  // a record is failing and being retried
@@ -67,6 +68,9 @@ func recordBytes(m *kafka.Message) int {
 // push queues a polled record for the worker.
 func (p *partition) push(m *kafka.Message) {
 	p.mu.Lock()
+	if len(p.queue) == 0 {
+		p.since = time.Now()
+	}
 	p.queue = append(p.queue, m)
 	p.queued += recordBytes(m)
 	p.mu.Unlock()
@@ -94,14 +98,26 @@ func (p *partition) wantPause(queueSize, queueBytes int) bool {
 }
 
 // take waits for queued records and removes up to n of them, oldest first.
-// It returns nil once the partition is stopped, even with records queued.
-func (p *partition) take(n int) []*kafka.Message {
+// While fewer than n are queued it waits for more, until linger after the
+// queue last became non-empty (zero: it takes what is there at once). It
+// returns nil once the partition is stopped, even with records queued.
+func (p *partition) take(n int, linger time.Duration) []*kafka.Message {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		if p.ctx.Err() != nil {
 			return nil
 		}
 		p.mu.Lock()
-		if len(p.queue) > 0 {
+		var wait time.Duration
+		if len(p.queue) > 0 && len(p.queue) < n && linger > 0 {
+			wait = linger - time.Since(p.since)
+		}
+		if len(p.queue) > 0 && wait <= 0 {
 			k := min(n, len(p.queue))
 			batch := make([]*kafka.Message, k)
 			copy(batch, p.queue)
@@ -117,10 +133,20 @@ func (p *partition) take(n int) []*kafka.Message {
 			return batch
 		}
 		p.mu.Unlock()
+		var lingered <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			lingered = timer.C
+		}
 		select {
 		case <-p.ctx.Done():
 			return nil
 		case <-p.wake:
+		case <-lingered:
 		}
 	}
 }

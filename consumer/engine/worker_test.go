@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/jackc/pgx/v5"
@@ -28,7 +29,7 @@ func TestPartitionTakeKeepsOrder(t *testing.T) {
 	}
 	var got []int64
 	for _, want := range []int{3, 3, 1} {
-		batch := p.take(3)
+		batch := p.take(3, 0)
 		if len(batch) != want {
 			t.Fatalf("take(3) returned %d records, want %d", len(batch), want)
 		}
@@ -42,9 +43,65 @@ func TestPartitionTakeKeepsOrder(t *testing.T) {
 		}
 	}
 	p.stop()
-	if batch := p.take(3); batch != nil {
+	if batch := p.take(3, 0); batch != nil {
 		t.Fatalf("take after stop returned %d records", len(batch))
 	}
+}
+
+// TestPartitionTakeWaitsForAFullerBatch: with a linger, a partition with
+// fewer records than the batch size waits for more: a full batch ends the
+// wait at once, the linger's end takes what is there, and a stopped
+// partition returns nothing.
+func TestPartitionTakeWaitsForAFullerBatch(t *testing.T) {
+	t.Run("a full batch ends the wait", func(t *testing.T) {
+		p := newPartition(kafka.TopicPartition{Topic: new(string), Partition: 0})
+		p.push(message("t", 0, 0, "", nil))
+		got := make(chan []*kafka.Message)
+		go func() { got <- p.take(3, time.Hour) }()
+		p.push(message("t", 0, 1, "", nil))
+		p.push(message("t", 0, 2, "", nil))
+		if batch := <-got; len(batch) != 3 {
+			t.Fatalf("take returned %d records, want the full batch of 3", len(batch))
+		}
+	})
+	t.Run("the linger's end takes what is there", func(t *testing.T) {
+		const linger = 50 * time.Millisecond
+		p := newPartition(kafka.TopicPartition{Topic: new(string), Partition: 0})
+		pushed := time.Now()
+		p.push(message("t", 0, 0, "", nil))
+		p.push(message("t", 0, 1, "", nil))
+		batch := p.take(3, linger)
+		if len(batch) != 2 {
+			t.Fatalf("take returned %d records, want the 2 queued", len(batch))
+		}
+		if waited := time.Since(pushed); waited < linger {
+			t.Fatalf("take returned after %v, before the linger of %v", waited, linger)
+		}
+	})
+	t.Run("without a linger what is there is taken at once", func(t *testing.T) {
+		p := newPartition(kafka.TopicPartition{Topic: new(string), Partition: 0})
+		p.push(message("t", 0, 0, "", nil))
+		done := make(chan int)
+		go func() { done <- len(p.take(3, 0)) }()
+		select {
+		case n := <-done:
+			if n != 1 {
+				t.Fatalf("take returned %d records, want 1", n)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("take without a linger waited for a fuller batch")
+		}
+	})
+	t.Run("a stopped partition returns nothing", func(t *testing.T) {
+		p := newPartition(kafka.TopicPartition{Topic: new(string), Partition: 0})
+		p.push(message("t", 0, 0, "", nil))
+		got := make(chan []*kafka.Message)
+		go func() { got <- p.take(3, time.Hour) }()
+		p.stop()
+		if batch := <-got; batch != nil {
+			t.Fatalf("take of a stopped partition returned %d records", len(batch))
+		}
+	})
 }
 
 // TestPartitionWantPause: fetching pauses at queueSize records or at
@@ -119,10 +176,10 @@ func TestPartitionQueuedBytes(t *testing.T) {
 	if recordBytes(big) < 10_000+recordOverhead || rec < 400+recordOverhead+2*headerOverhead {
 		t.Fatalf("recordBytes %d and %d do not count value, key, headers and overheads", recordBytes(big), rec)
 	}
-	if batch := p.take(3); len(batch) != 3 || p.queued != 4*rec {
+	if batch := p.take(3, 0); len(batch) != 3 || p.queued != 4*rec {
 		t.Fatalf("after take(3) of 7: %d taken, %d bytes queued, want 3 and %d", len(batch), p.queued, 4*rec)
 	}
-	if batch := p.take(10); len(batch) != 4 || p.queued != 0 || p.queue != nil {
+	if batch := p.take(10, 0); len(batch) != 4 || p.queued != 0 || p.queue != nil {
 		t.Fatalf("after taking the rest: %d taken, %d bytes queued, queue %v; want 4, 0, nil", len(batch), p.queued, p.queue)
 	}
 }
@@ -136,7 +193,7 @@ func TestStoppedPartitionStartsNothing(t *testing.T) {
 		p.push(message("t", 0, int64(i), "", nil))
 	}
 	p.stop()
-	if batch := p.take(10); batch != nil {
+	if batch := p.take(10, 0); batch != nil {
 		t.Fatalf("take after stop returned %d queued records", len(batch))
 	}
 	db := fakeDB{t: t, begin: func(context.Context) (pgx.Tx, error) {

@@ -40,9 +40,9 @@ type Config struct {
 	// BatchSize is the most records of one partition applied in one
 	// transaction; 1 turns batching off.
 	BatchSize int `name:"batch-size" help:"Most records of one partition per transaction (1 = no batching)." default:"100"`
-	// BatchWait is the longest a partition's oldest queued record waits
-	// for a fuller batch; 0 applies what is queued at once.
-	BatchWait time.Duration `name:"batch-wait" help:"Longest a partition's oldest queued record waits for more before fewer than --batch-size are applied (0 = apply what is queued at once)." default:"0s"`
+	// BatchWait is how long after its queue became non-empty a partition
+	// waits for a fuller batch; 0 applies what is queued at once.
+	BatchWait time.Duration `name:"batch-wait" help:"How long after its queue became non-empty a partition waits for more records before fewer than --batch-size are applied (0 = apply what is queued at once)." default:"0s"`
 	// QueueSize is how many records are buffered per partition before its
 	// fetching pauses.
 	QueueSize int `name:"queue-size" help:"Records buffered per partition before its fetching pauses." default:"5000"`

@@ -95,7 +95,7 @@ type Options struct {
 	Bootstrap        string        // Kafka bootstrap servers
 	Workers          int           // partitions applied concurrently
 	BatchSize        int           // records of one partition per transaction (0: 1, no batching)
-	BatchWait        time.Duration // longest a partition's oldest record waits for a fuller batch (0: none)
+	BatchWait        time.Duration // how long after its queue became non-empty a partition waits for a fuller batch (0: not at all)
 	QueueSize        int           // records buffered per partition before its fetching pauses
 	QueueBytes       int           // bytes of records buffered per partition before its fetching pauses
 	MaxAttempts      int           // attempts before a retryable failure is dead-lettered

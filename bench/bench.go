@@ -217,6 +217,9 @@ type componentUsage struct {
 	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
 	CPUSeconds        float64 `json:"cpu_seconds_end_to_end"`
 	CPUSecondsPer1000 float64 `json:"cpu_seconds_per_1000_orders"`
+	// Fit splits the CPU over the rates into per order and at any rate
+	// (cpufit.go); nil when the phase offered a single rate.
+	Fit *costFit `json:"fit_over_rates,omitempty"`
 }
 
 type throughputPoint struct {

@@ -100,7 +100,7 @@ func (r *runner) offerRate(ctx context.Context, create creator, rate int) (rateR
 	for _, c := range []*child{r.api, r.cdc, r.consumer} {
 		profiled = append(profiled, c.profileCPU(r.logDir, "e2e-"+strconv.Itoa(rate), r.sz.rateDuration-time.Second))
 	}
-	done := r.cpuFrom(fmt.Sprintf("end to end, %d/s", rate))
+	done := r.cpuFrom(e2eWindowName(rate))
 	load := openLoop(ctx, create, rate, r.sz.rateDuration, customer, 512)
 	done()
 	for _, wait := range profiled {
@@ -154,7 +154,18 @@ func (r *runner) componentUsage(before map[string]childproc.Usage, totalOrders i
 		}
 		r.res.Components[name] = cu
 	}
-
+	if len(r.res.EndToEnd) < 2 {
+		return nil // one rate (--smoke): nothing to fit
+	}
+	fits, err := fitComponentCosts(r.res.EndToEnd, r.res.CPU, []string{"api", "cdc", "consumer"})
+	if err != nil {
+		return fmt.Errorf("fitting CPU against the rate: %w", err)
+	}
+	for name, f := range fits {
+		cu := r.res.Components[name]
+		cu.Fit = &f
+		r.res.Components[name] = cu
+	}
 	return nil
 }
 

@@ -94,11 +94,7 @@ func (res *Results) printTable(w io.Writer) {
 	} else {
 		p("   Consumer apply, batching on\tnot measured: the consumer has no batching option")
 	}
-	p("6. Components (end-to-end phase)\t")
-	for _, name := range []string{"api", "cdc", "consumer"} {
-		c := res.Components[name]
-		p("   %s\tpeak RSS %s, %.2f CPU s per 1,000 orders", name, mib(c.PeakRSSBytes), c.CPUSecondsPer1000)
-	}
+	res.printComponents(p)
 	p("7. CPU by phase (cores used of %d)\t", res.CPUs)
 	for _, pc := range res.CPU {
 		p("   %s\t%s", pc.Phase, pc)
@@ -110,6 +106,34 @@ func (res *Results) printTable(w io.Writer) {
 	if ran["growth"] {
 		res.printGrowthSection(w)
 	}
+}
+
+// printComponents prints each component's memory and CPU per order in the
+// end-to-end phase, the three together against their target, and, over
+// several rates, the split of each into per order and at any rate.
+func (res *Results) printComponents(p func(format string, args ...any)) {
+	p("6. Components (end-to-end phase)\t")
+	var sum float64
+	var sumFit costFit
+	fitted := true
+	for _, name := range []string{"api", "cdc", "consumer"} {
+		c := res.Components[name]
+		sum += c.CPUSecondsPer1000
+		if c.Fit == nil {
+			fitted = false
+			p("   %s\tpeak RSS %s, %.2f CPU s per 1,000 orders", name, mib(c.PeakRSSBytes), c.CPUSecondsPer1000)
+			continue
+		}
+		sumFit.PerOrder += c.Fit.PerOrder
+		sumFit.BaseCores += c.Fit.BaseCores
+		p("   %s\tpeak RSS %s, %.2f CPU s per 1,000 orders — over the rates, %s",
+			name, mib(c.PeakRSSBytes), c.CPUSecondsPer1000, c.Fit.describe(1000, "s per added 1,000 orders"))
+	}
+	together := fmt.Sprintf("%.2f CPU ms per order (target ≤ 0.35)", sum)
+	if fitted {
+		together += " — over the rates, " + sumFit.describe(1000, "ms per added order")
+	}
+	p("   api + cdc + consumer\t%s", together)
 }
 
 func keys(m map[int]float64) []int {

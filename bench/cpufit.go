@@ -21,6 +21,9 @@ func fitCost(ordersPerSec, cores []float64) (costFit, error) {
 	if len(ordersPerSec) != len(cores) {
 		return costFit{}, fmt.Errorf("%d rates but %d CPU figures", len(ordersPerSec), len(cores))
 	}
+	if len(cores) < 2 {
+		return costFit{}, fmt.Errorf("fitting CPU against the rate needs two or more distinct rates, got %v", ordersPerSec)
+	}
 	n := float64(len(cores))
 	var sx, sy float64
 	for i := range cores {
@@ -34,7 +37,7 @@ func fitCost(ordersPerSec, cores []float64) (costFit, error) {
 		sxx += dx * dx
 		sxy += dx * (cores[i] - my)
 	}
-	if len(cores) < 2 || sxx == 0 {
+	if sxx == 0 {
 		return costFit{}, fmt.Errorf("fitting CPU against the rate needs two or more distinct rates, got %v", ordersPerSec)
 	}
 	slope := sxy / sxx

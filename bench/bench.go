@@ -125,11 +125,15 @@ type Results struct {
 
 	PGLimit pgLimitResult `json:"pg_limit"`
 
-	APIGRPC     loadResult                `json:"api_grpc"`
-	APIREST     loadResult                `json:"api_rest"`
-	APIClients  int                       `json:"api_clients"`
-	GRPCRatio   float64                   `json:"grpc_ratio_to_pg_limit"`
-	RESTRatio   float64                   `json:"rest_ratio_to_pg_limit"`
+	APIGRPC    loadResult `json:"api_grpc"`
+	APIREST    loadResult `json:"api_rest"`
+	APIClients int        `json:"api_clients"`
+	GRPCRatio  float64    `json:"grpc_ratio_to_pg_limit"`
+	RESTRatio  float64    `json:"rest_ratio_to_pg_limit"`
+	// APIGRPCCPU and APIRESTCPU are the api's CPU per order in each closed
+	// loop, in microseconds: its cores in the phase over the orders/s.
+	APIGRPCCPU  float64                   `json:"api_grpc_cpu_us_per_order"`
+	APIRESTCPU  float64                   `json:"api_rest_cpu_us_per_order"`
 	APIPeakRSS  int64                     `json:"api_peak_rss_bytes"`
 	Drain       drainResult               `json:"cdc_drain"`
 	Apply       applyResult               `json:"consumer_apply"`

@@ -111,6 +111,18 @@ type phaseCPU struct {
 	Cores   map[string]float64 `json:"cores"`
 }
 
+// cpuPerOrder is group's CPU per order, in microseconds, in the phase
+// recorded last under that name, at perSec orders/s; 0 when the phase was
+// not recorded or nothing was achieved.
+func (res *Results) cpuPerOrder(phase, group string, perSec float64) float64 {
+	for i := len(res.CPU) - 1; i >= 0; i-- {
+		if pc := res.CPU[i]; pc.Phase == phase && perSec > 0 {
+			return pc.Cores[group] / perSec * 1e6
+		}
+	}
+	return 0
+}
+
 // coresBetween turns two samples into cores used per group. Groups whose
 // processes exited between the samples can come out negative; they count 0.
 func coresBetween(phase string, a, b cpuSample) phaseCPU {

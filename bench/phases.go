@@ -165,6 +165,8 @@ func (r *runner) apiPhase(ctx context.Context) error {
 	done()
 	profiled()
 	r.api.profileHeap(r.logDir, "api")
+	r.res.APIGRPCCPU = r.res.cpuPerOrder("api gRPC", "api", r.res.APIGRPC.PerSecond)
+	r.res.APIRESTCPU = r.res.cpuPerOrder("api REST", "api", r.res.APIREST.PerSecond)
 	if limit := r.res.PGLimit.BestCommitsPerSec; limit > 0 {
 		r.res.GRPCRatio = r.res.APIGRPC.PerSecond / limit
 		r.res.RESTRatio = r.res.APIREST.PerSecond / limit

@@ -61,10 +61,10 @@ func (res *Results) printTable(w io.Writer) {
 		p("phases run\t%v (the others are not: their figures are missing)", res.Phases)
 	}
 	p("1. PostgreSQL limit (pgbench, order tx)\t%.0f commits/s (best of %v clients: %d)", res.PGLimit.BestCommitsPerSec, keys(res.PGLimit.ByClients), res.PGLimit.BestClients)
-	p("2. API gRPC, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit (target ≥ 70%%)",
-		res.APIClients, res.APIGRPC.PerSecond, ms(res.APIGRPC.P50), ms(res.APIGRPC.P99), res.APIGRPC.Errors, 100*res.GRPCRatio)
-	p("   API REST, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit",
-		res.APIClients, res.APIREST.PerSecond, ms(res.APIREST.P50), ms(res.APIREST.P99), res.APIREST.Errors, 100*res.RESTRatio)
+	p("2. API gRPC, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit (target ≥ 70%%), api %.0f µs CPU per order (target ≤ 100)",
+		res.APIClients, res.APIGRPC.PerSecond, ms(res.APIGRPC.P50), ms(res.APIGRPC.P99), res.APIGRPC.Errors, 100*res.GRPCRatio, res.APIGRPCCPU)
+	p("   API REST, closed loop, %d clients\t%.0f orders/s, p50 %s, p99 %s, errors %d — %.0f%% of the limit, api %.0f µs CPU per order",
+		res.APIClients, res.APIREST.PerSecond, ms(res.APIREST.P50), ms(res.APIREST.P99), res.APIREST.Errors, 100*res.RESTRatio, res.APIRESTCPU)
 	for _, l := range []struct {
 		name string
 		res  loadResult
@@ -261,6 +261,7 @@ func (res *Results) check(ran map[string]bool) error {
 	need("postgres", res.PGLimit.BestCommitsPerSec > 0, "PostgreSQL limit")
 	need("api", res.APIGRPC.Requests > 0 && res.APIGRPC.P99 > 0, "API gRPC throughput and latency")
 	need("api", res.APIREST.Requests > 0 && res.APIREST.P99 > 0, "API REST throughput and latency")
+	need("api", res.APIGRPCCPU > 0 && res.APIRESTCPU > 0, "api CPU per order")
 	need("drain", res.Drain.Events > 0 && res.Drain.EventsPerSec > 0 && res.Drain.PeakRSSBytes > 0, "CDC drain rate and peak RSS")
 	need("drain", res.Drain.RecvlogicalPerSec > 0, "pg_recvlogical reference drain")
 	need("apply", res.Apply.Off.Events > 0 && res.Apply.Off.EventsPerSec > 0, "consumer apply rate")

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bytes"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,7 @@ func TestCheckNamesMissingFigures(t *testing.T) {
 	if err == nil {
 		t.Fatal("empty results passed the check")
 	}
-	for _, want := range []string{"PostgreSQL limit", "API gRPC", "CDC drain", "consumer apply", "end-to-end phases", "cdc peak RSS", "CPU by phase"} {
+	for _, want := range []string{"PostgreSQL limit", "API gRPC", "api CPU per order", "CDC drain", "consumer apply", "end-to-end phases", "cdc peak RSS", "CPU by phase"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("check error %q does not name %q", err, want)
 		}
@@ -41,5 +43,36 @@ func TestPercentile(t *testing.T) {
 	}
 	if percentile(nil, 0.5) != 0 {
 		t.Error("percentile of nothing is not 0")
+	}
+}
+
+func TestAPICPUPerOrderIsItsCoresOverTheRate(t *testing.T) {
+	res := Results{Phases: []string{"api"}, CPU: []phaseCPU{
+		{Phase: "api gRPC", Cores: map[string]float64{"api": 0.9, "postgres": 0.5}},
+		{Phase: "api REST", Cores: map[string]float64{"api": 0.6}},
+		{Phase: "api gRPC", Cores: map[string]float64{"api": 0.45}}, // recorded last: this one counts
+	}}
+	if got := res.cpuPerOrder("api gRPC", "api", 3000); math.Abs(got-150) > 1e-9 {
+		t.Errorf("gRPC: %v µs per order, want 150", got)
+	}
+	if got := res.cpuPerOrder("api REST", "api", 2000); math.Abs(got-300) > 1e-9 {
+		t.Errorf("REST: %v µs per order, want 300", got)
+	}
+	for _, c := range []struct {
+		phase  string
+		perSec float64
+	}{{"api gRPC", 0}, {"cdc drain", 3000}} {
+		if got := res.cpuPerOrder(c.phase, "api", c.perSec); got != 0 {
+			t.Errorf("%s at %v/s: %v, want 0", c.phase, c.perSec, got)
+		}
+	}
+
+	res.APIGRPCCPU, res.APIRESTCPU = 150, 300
+	var out bytes.Buffer
+	res.printTable(&out)
+	for _, want := range []string{"api 150 µs CPU per order (target ≤ 100)", "api 300 µs CPU per order\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
 	}
 }

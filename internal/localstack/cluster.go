@@ -197,7 +197,21 @@ func (c *KafkaCluster) Restart(ctx context.Context, i int) error {
 
 // Pause stops node i with SIGSTOP: its sockets stay open but it answers
 // nothing, like a hung broker.
-func (c *KafkaCluster) Pause(i int) error { return signalGroup(c.nodes[i].pid, syscall.SIGSTOP) }
+//
+// It returns once every thread of the node is stopped. The kernel stops a
+// process's threads only after one of them has taken the signal, which
+// waits for that thread to be scheduled: on a busy machine the broker could
+// otherwise go on answering requests for a while after the signal was sent.
+func (c *KafkaCluster) Pause(i int) error {
+	pid := c.nodes[i].pid
+	if err := signalGroup(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return waitStopped(pid, pauseTimeout)
+}
+
+// pauseTimeout bounds how long Pause waits for the node's threads to stop.
+const pauseTimeout = 30 * time.Second
 
 // Resume continues node i after Pause.
 func (c *KafkaCluster) Resume(i int) error { return signalGroup(c.nodes[i].pid, syscall.SIGCONT) }

@@ -46,6 +46,47 @@ func alive(pid int) bool {
 	return procState(string(stat)) != 'Z'
 }
 
+// waitStopped waits until every thread of pid is stopped by a signal
+// (state T), or has exited; it fails after timeout.
+func waitStopped(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		running, err := runningThreads(pid)
+		if err != nil || running == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d: %d threads still running %s after SIGSTOP", pid, running, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of pid that are neither stopped (T, t)
+// nor exited (Z, X); a process that is gone has none.
+func runningThreads(pid int) (int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		switch procState(string(stat)) {
+		case 'T', 't', 'Z', 'X':
+		default:
+			n++
+		}
+	}
+	return n, nil
+}
+
 // procState extracts the state letter from /proc/<pid>/stat, whose second
 // field (the command name in parentheses) may itself hold spaces and
 // parentheses.

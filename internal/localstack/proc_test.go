@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -219,5 +221,64 @@ func TestCheckTopics(t *testing.T) {
 				t.Errorf("checkTopics = %q, %v; want pending %v, error %v", pending, err, tt.wantPending, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestWaitStoppedWaitsForEveryThread: a process of several threads, frozen
+// with SIGSTOP to its group as Pause does, counts as stopped only once all
+// of its threads are; before the signal and after SIGCONT it does not.
+func TestWaitStoppedWaitsForEveryThread(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 (a process of several threads): %v", err)
+	}
+	cmd := exec.Command(py, "-c", "import threading, time\n"+
+		"for _ in range(4): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"+
+		"time.sleep(60)\n")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = signalGroup(pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "task"))
+		if len(tasks) >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the helper has %d threads, want 5", len(tasks))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	if err := waitStopped(pid, 200*time.Millisecond); err == nil {
+		t.Fatal("waitStopped succeeded on a process nobody stopped")
+	}
+	if err := signalGroup(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitStopped(pid, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := runningThreads(pid); err != nil || n != 0 {
+		t.Fatalf("after waitStopped: %d threads running (%v), want 0", n, err)
+	}
+	if err := signalGroup(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitStopped(pid, 200*time.Millisecond); err == nil {
+		t.Fatal("waitStopped succeeded on a process resumed with SIGCONT")
+	}
+
+	// A process that is gone has no thread left to wait for.
+	_ = signalGroup(pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	if err := waitStopped(pid, time.Second); err != nil {
+		t.Errorf("waitStopped on an exited process: %v", err)
 	}
 }

@@ -105,12 +105,13 @@ type Config struct {
 // producer that --kafka-producer-setting may not change: idempotence and
 // acks (no loss, no duplicate within a session), the infinite message
 // timeout (no gap in a partition's sequence, see docs/cdc.md), retries and
-// in-flight requests (ordering), the queue sizes derived from the in-flight
-// bounds, the connection and the Go channels.
+// in-flight requests (ordering), the partitioner (an order's records in one
+// partition, the same one the replay commands choose), the queue sizes
+// derived from the in-flight bounds, the connection and the Go channels.
 var ProtectedProducerSettings = []string{
 	"enable.idempotence", "acks", "request.required.acks", "message.timeout.ms", "delivery.timeout.ms",
 	"retries", "message.send.max.retries", "max.in.flight", "max.in.flight.requests.per.connection",
-	"enable.gapless.guarantee", "transactional.id", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+	"enable.gapless.guarantee", "transactional.id", "queue.buffering.max.messages", "queue.buffering.max.kbytes", "partitioner",
 	"bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",
 }
 

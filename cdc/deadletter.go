@@ -155,7 +155,7 @@ func (s *session) publishAlone(ctx context.Context, ev *decode.Event, lsn pglogr
 	s.logger.Info("producing a suspect event alone", "event_id", ev.ID, "lsn", lsn.String())
 	done := make(chan error, 1)
 	s.tracker.Add(s.curTx, size)
-	err := s.pub.Publish(ctx, ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size, alone: done})
+	err := s.pub.Publish(ctx, ev, s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size, alone: done})
 	if err == nil {
 		var outcome error
 		err = s.drain(ctx, func() bool {

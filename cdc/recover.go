@@ -30,7 +30,7 @@ rows AS (
 		o.created_at::text AS created_at, o.created_at AS created_ts,
 		ref.x - ((ref.x %% 4294967296) - o.xmin::text::bigint + 4294967296) %% 4294967296 AS xid
 	FROM %s o, ref)
-SELECT id, aggregatetype, aggregateid, type, payload, headers, created_at FROM rows
+SELECT id, aggregatetype, aggregateid, type, payload, headers, created_at, xid FROM rows
 WHERE $1::bigint IS NULL OR xid >= $1
 ORDER BY xid, created_ts, id`
 
@@ -255,7 +255,8 @@ func (r *reader) publishGapRows(ctx context.Context, tx pgx.Tx, from *int64, pub
 	for rows.Next() {
 		var ev decode.Event
 		var payload, headers string
-		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt); err != nil {
+		var xid int64
+		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt, &xid); err != nil {
 			rows.Close()
 			return sent, fmt.Errorf("reading an outbox row: %w", err)
 		}
@@ -271,7 +272,7 @@ func (r *reader) publishGapRows(ctx context.Context, tx pgx.Tx, from *int64, pub
 			rows.Close()
 			return sent, ctx.Err()
 		}
-		if err := pub.Publish(ctx, &ev, ev.ID); err != nil {
+		if err := pub.Publish(ctx, &ev, xid, ev.ID); err != nil {
 			<-inflight
 			rows.Close()
 			return sent, err

@@ -243,7 +243,7 @@ func (sel replaySelection) publish(ctx context.Context, conn *pgx.Conn, pub *pub
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			if err := pub.Publish(ctx, &events[i], events[i].ID); err != nil {
+			if err := pub.Publish(ctx, &events[i], nil, events[i].ID); err != nil {
 				<-inflight
 				return err
 			}

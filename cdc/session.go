@@ -121,9 +121,11 @@ func producerSettings(cfg Config) kafka.ConfigMap {
 // producer is what a session needs from the Kafka publisher
 // (*publish.Publisher).
 type producer interface {
-	// Publish hands ev to Kafka; the outcome arrives at the session's
-	// delivery callback with opaque.
-	Publish(ctx context.Context, ev *decode.Event, opaque any) error
+	// Publish hands ev to Kafka in group (the session's group is the
+	// transaction); the outcome arrives at the session's delivery callback
+	// with opaque. An order's events reach Kafka in the order of their
+	// transactions, and none after one of them failed (publish/order.go).
+	Publish(ctx context.Context, ev *decode.Event, group, opaque any) error
 	// Fatal reports a fatal producer error.
 	Fatal() <-chan error
 	// Close flushes for up to timeout, closes, and returns how many records

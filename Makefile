@@ -78,7 +78,7 @@ status: build ## Show whether the local PostgreSQL and Kafka run
 
 ##@ Test
 
-GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
+GO_TEST_FLAGS ?= -race -count=1 -timeout 60m
 
 # The stack is shared: tests reuse a running one (each test has its own
 # database, slot, topic and group) and `make test` stops only a stack it
@@ -212,6 +212,16 @@ chaos: build ## Load at RATE orders/s for DURATION with a random SIGKILL every 1
 	trap stop_started EXIT; \
 	EVENTFORGE_CHAOS_DURATION=$(DURATION) EVENTFORGE_CHAOS_RATE=$(RATE) \
 		$(GO) test -count=1 -timeout 0 -run '^TestChaosSoak$$' -v ./e2e/ | grep -E 'SIGKILL|chaos summary|^(---|ok|FAIL|PASS)'
+
+# The nemesis: a private stack of its own per schedule, the real processes,
+# a mixed workload and seeded, overlapping faults (docs/guarantees.md, "The
+# nemesis"). SEED replays a schedule; PG picks the PostgreSQL version.
+SEED ?= $(shell echo $$RANDOM)
+
+.PHONY: nemesis
+nemesis: build ## Run the nemesis for DURATION (default 10m) with SEED and PG, then print its summary
+	EVENTFORGE_NEMESIS_DURATION=$(DURATION) EVENTFORGE_NEMESIS_SEED=$(SEED) \
+		$(GO) test -count=1 -timeout 0 -run '^TestNemesis$$' -v ./e2e/ | grep -E '^\s+(\+|nemesis_)|nemesis summary|^(---|ok|FAIL|PASS)'
 
 .PHONY: guarantees
 guarantees: build ## Run the failure-window matrix and write its results table into docs/guarantees.md

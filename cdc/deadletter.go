@@ -132,15 +132,24 @@ func deadLetterCode(err error) string {
 // deadLetter writes ev, whose event of size bytes was added to the current
 // transaction, to the dead-letter place, then counts it as settled.
 func (s *session) deadLetter(ctx context.Context, ev *decode.Event, lsn pglogrepl.LSN, size int, cause error) error {
-	topic := publish.Router{Topics: s.cfg.Topics, Fallback: s.cfg.TopicFallback}.Topic(ev.AggregateType)
-	if err := s.dead.write(ctx, deadLetter{ev: ev, topic: topic, lsn: lsn, cause: cause}); err != nil {
+	if err := s.storeDeadLetter(ctx, s.dead, ev, lsn, cause); err != nil {
 		s.tracker.Release(s.curTx, size)
 		return err
 	}
 	s.tracker.Ack(s.curTx, size)
 	s.suspects.remove(ev.ID)
-	s.m.deadLettered.Inc()
-	s.logger.Error("event dead-lettered: Kafka can never accept it as it is; replay it with `eventforge outbox dead-letters replay` once the cause is fixed",
+	return nil
+}
+
+// storeDeadLetter writes ev, refused for cause, with w; once it returned nil
+// the event may count as settled. It counts and logs the dead letter.
+func (r *reader) storeDeadLetter(ctx context.Context, w deadLetterWriter, ev *decode.Event, lsn pglogrepl.LSN, cause error) error {
+	topic := publish.Router{Topics: r.cfg.Topics, Fallback: r.cfg.TopicFallback}.Topic(ev.AggregateType)
+	if err := w.write(ctx, deadLetter{ev: ev, topic: topic, lsn: lsn, cause: cause}); err != nil {
+		return err
+	}
+	r.m.deadLettered.Inc()
+	r.logger.Error("event dead-lettered: Kafka can never accept it as it is; replay it with `eventforge outbox dead-letters replay` once the cause is fixed",
 		"event_id", ev.ID, "order_id", ev.AggregateID, "topic", topic, "lsn", lsn.String(), "err", cause)
 	return nil
 }

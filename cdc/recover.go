@@ -7,32 +7,14 @@ import (
 	"maps"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/eventforge/eventforge/cdc/decode"
-	"github.com/eventforge/eventforge/cdc/publish"
 	"github.com/eventforge/eventforge/schema"
 )
-
-// gapRowsStatement selects the outbox rows a recovery republishes: those
-// inserted by a transaction at or above $1 (all rows when $1 is NULL), in
-// transaction order, then creation order. The row's 32-bit xmin is widened
-// against the snapshot's xmax as retention.go explains.
-const gapRowsStatement = `WITH ref AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x),
-rows AS (
-	SELECT o.id::text AS id, o.aggregatetype, o.aggregateid, o.type, o.payload::text AS payload, o.headers::text AS headers,
-		o.created_at::text AS created_at, o.created_at AS created_ts,
-		ref.x - ((ref.x %% 4294967296) - o.xmin::text::bigint + 4294967296) %% 4294967296 AS xid
-	FROM %s o, ref)
-SELECT id, aggregatetype, aggregateid, type, payload, headers, created_at, xid FROM rows
-WHERE $1::bigint IS NULL OR xid >= $1
-ORDER BY xid, created_ts, id`
 
 // recoverGap closes a gap (gap.go): it replaces the slot with a new one that
 // exports its snapshot, republishes the snapshot's outbox rows from the
@@ -74,7 +56,7 @@ func (r *reader) recoverGap(ctx context.Context, ctl *control, reason string, st
 	r.logger.Info("replication slot created for the recovery", "lsn", start.String(), "snapshot", created.SnapshotName)
 
 	began := time.Now()
-	n, snapXmin, err := r.republishSnapshot(ctx, created.SnapshotName, cp.publishedBelow)
+	n, snapXmin, err := r.republishSnapshot(ctx, ctl, created.SnapshotName, cp.publishedBelow, start)
 	if err != nil {
 		return fmt.Errorf("republishing the gap: %w", err)
 	}
@@ -158,83 +140,6 @@ func serverVersion(conn *pgconn.PgConn) int {
 	return m*10000 + n
 }
 
-// republishSnapshot publishes, within the exported snapshot, every outbox
-// row inserted by a transaction at or above from (every row when from is
-// nil), waits for Kafka to acknowledge all of them, and returns how many it
-// published and the snapshot's xmin: every transaction below it is in the
-// snapshot, so its rows are now published.
-func (r *reader) republishSnapshot(ctx context.Context, snapshot string, from *int64) (int64, int64, error) {
-	conn, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
-	if err != nil {
-		return 0, 0, fmt.Errorf("connecting to postgres: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return 0, 0, fmt.Errorf("beginning the snapshot transaction: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT `+quoteLiteral(snapshot)); err != nil {
-		return 0, 0, fmt.Errorf("importing snapshot %s: %w", snapshot, err)
-	}
-	var xmin int64
-	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
-		return 0, 0, fmt.Errorf("reading the snapshot's xmin: %w", err)
-	}
-
-	var (
-		acked    atomic.Int64
-		failMu   sync.Mutex
-		failed   error
-		inflight = make(chan struct{}, r.cfg.MaxInflightEvents)
-	)
-	pub, err := publish.New(publish.Options{
-		Bootstrap: r.cfg.KafkaBrokers,
-		ClientID:  "eventforge-cdc-recovery",
-		Router:    publish.Router{Topics: r.cfg.Topics, Fallback: r.cfg.TopicFallback},
-		Extra:     producerSettings(r.cfg),
-	}, r.logger, func(opaque any, err error) {
-		<-inflight
-		if err != nil {
-			failMu.Lock()
-			if failed == nil {
-				failed = fmt.Errorf("delivering event %s: %w", opaque.(string), err)
-			}
-			failMu.Unlock()
-			return
-		}
-		acked.Add(1)
-		r.m.published.Inc()
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			pub.Close(0)
-		}
-	}()
-
-	sent, err := r.publishGapRows(ctx, tx, from, pub, inflight)
-	if err != nil {
-		return 0, 0, err
-	}
-	closed = true
-	if left := pub.Close(r.cfg.FlushTimeout); left > 0 {
-		return 0, 0, fmt.Errorf("%d of %d records not acknowledged within %s", left, sent, r.cfg.FlushTimeout)
-	}
-	failMu.Lock()
-	defer failMu.Unlock()
-	if failed != nil {
-		return 0, 0, failed
-	}
-	if got := acked.Load(); got != sent {
-		return 0, 0, fmt.Errorf("%d of %d records acknowledged", got, sent)
-	}
-	return sent, xmin, nil
-}
-
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
@@ -242,45 +147,3 @@ func quoteLiteral(s string) string {
 
 // errGapRefused means a gap was found and the reader may not create a slot.
 var errGapRefused = errors.New("replication slot gap")
-
-// publishGapRows hands pub every outbox row of the snapshot transaction tx
-// after from, holding a slot of inflight per record until its delivery
-// report; it returns how many it handed over.
-func (r *reader) publishGapRows(ctx context.Context, tx pgx.Tx, from *int64, pub *publish.Publisher, inflight chan struct{}) (int64, error) {
-	var sent int64
-	rows, err := tx.Query(ctx, fmt.Sprintf(gapRowsStatement, r.table.Sanitize()), from)
-	if err != nil {
-		return sent, fmt.Errorf("reading the outbox: %w", err)
-	}
-	for rows.Next() {
-		var ev decode.Event
-		var payload, headers string
-		var xid int64
-		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt, &xid); err != nil {
-			rows.Close()
-			return sent, fmt.Errorf("reading an outbox row: %w", err)
-		}
-		ev.Payload = []byte(payload)
-		ev.HeadersJSON = headers
-		if ev.Headers, err = decode.ParseHeaders(ev.ID, headers); err != nil {
-			rows.Close()
-			return sent, err
-		}
-		select {
-		case inflight <- struct{}{}:
-		case <-ctx.Done():
-			rows.Close()
-			return sent, ctx.Err()
-		}
-		if err := pub.Publish(ctx, &ev, xid, ev.ID); err != nil {
-			<-inflight
-			rows.Close()
-			return sent, err
-		}
-		sent++
-	}
-	if err := rows.Err(); err != nil {
-		return sent, fmt.Errorf("reading the outbox: %w", err)
-	}
-	return sent, nil
-}

@@ -187,7 +187,25 @@ func (c *KafkaCluster) Kill(i int) error {
 	return nil
 }
 
-// Restart starts node i again (after Kill) and waits until it answers.
+// Stop stops node i gracefully (SIGTERM, and SIGCONT in case it is
+// paused) and waits until it exited; SIGKILL after kafkaStopTimeout.
+func (c *KafkaCluster) Stop(ctx context.Context, i int) error {
+	n := c.nodes[i]
+	_ = signalGroup(n.pid, syscall.SIGCONT)
+	if err := signalGroup(n.pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stopping node %d: %w", n.id, err)
+	}
+	if !waitExit(ctx, n.pid, kafkaStopTimeout) {
+		_ = signalGroup(n.pid, syscall.SIGKILL)
+		if !waitExit(context.WithoutCancel(ctx), n.pid, 10*time.Second) {
+			return fmt.Errorf("node %d (pid %d) did not exit", n.id, n.pid)
+		}
+	}
+	return nil
+}
+
+// Restart starts node i again (after Kill or Stop) and waits until it
+// answers.
 func (c *KafkaCluster) Restart(ctx context.Context, i int) error {
 	if err := c.startNode(i); err != nil {
 		return err

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The nemesis (`make nemesis`) runs the whole pipeline — the api, two
+// readers of one slot, both consumers — on a private PostgreSQL + Kafka
+// stack under a workload that mixes the api with other writers of the
+// outbox, while a seeded schedule of random, overlapping faults hits every
+// part of it. Then it heals everything, drains, and checks the promise on
+// durable state: nothing lost among the rows committed on the surviving
+// timeline, the first delivery of each order's events in commit order, no
+// effect applied twice, no effect of an event that never committed, and
+// progress within a bound after healing (no wedge). A run is a sequence of
+// schedules, each on a stack of its own; every schedule prints its plan and
+// the seed that replays it.
+//
+// Files: nemesis_test.go (settings, the run and its summary),
+// nemesis_stack_test.go (a schedule's stack and processes),
+// nemesis_workload_test.go (the writers), nemesis_faults_test.go (the plan
+// and the faults), nemesis_check_test.go (the checks).
+
+// nemesisSettings are what `make nemesis` passes: EVENTFORGE_NEMESIS_DURATION
+// (the run, default 4m), EVENTFORGE_NEMESIS_SEED (default 1) and
+// EVENTFORGE_NEMESIS_FAULTS (the fault phase of one schedule, default 75s).
+// The PostgreSQL version is the stack's ($EVENTFORGE_PG_VERSION, `PG=`).
+type nemesisSettings struct {
+	duration time.Duration
+	seed     uint64
+	faults   time.Duration
+}
+
+func readNemesisSettings(t *testing.T) nemesisSettings {
+	s := nemesisSettings{duration: 4 * time.Minute, seed: 1, faults: 75 * time.Second}
+	dur := func(name string, d *time.Duration) {
+		if v := os.Getenv(name); v != "" {
+			var err error
+			if *d, err = time.ParseDuration(v); err != nil || *d <= 0 {
+				t.Fatalf("%s=%q: want a positive duration", name, v)
+			}
+		}
+	}
+	dur("EVENTFORGE_NEMESIS_DURATION", &s.duration)
+	dur("EVENTFORGE_NEMESIS_FAULTS", &s.faults)
+	if v := os.Getenv("EVENTFORGE_NEMESIS_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("EVENTFORGE_NEMESIS_SEED=%q: want an unsigned integer", v)
+		}
+		s.seed = n
+	}
+	return s
+}
+
+// nemesisTotals add up a run's schedules for its summary.
+type nemesisTotals struct {
+	mu          sync.Mutex
+	schedules   int
+	failed      []string
+	faults      map[string]int
+	orders      int
+	events      int
+	deliveries  int
+	duplicates  int
+	recovery    time.Duration // the longest time to drain after healing
+	recoveryAt  string
+	lostTimline int // acknowledged orders a promoted asynchronous standby lacked
+}
+
+func (n *nemesisTotals) add(name string, r *scheduleResult, passed bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.schedules++
+	if !passed {
+		n.failed = append(n.failed, name)
+	}
+	for k, v := range r.faults {
+		n.faults[k] += v
+	}
+	n.orders += r.orders
+	n.events += r.events
+	n.deliveries += r.deliveries
+	n.duplicates += r.duplicates
+	n.lostTimline += r.lostWithTimeline
+	if r.recovery > n.recovery {
+		n.recovery, n.recoveryAt = r.recovery, name
+	}
+}
+
+func (n *nemesisTotals) summary(s nemesisSettings, pg int) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	kinds := make([]string, 0, len(n.faults))
+	for k := range n.faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	var fs []string
+	total := 0
+	for _, k := range kinds {
+		fs = append(fs, fmt.Sprintf("%s %d", k, n.faults[k]))
+		total += n.faults[k]
+	}
+	verdict := "0 violations"
+	if len(n.failed) > 0 {
+		verdict = fmt.Sprintf("violations in %d schedules: %s", len(n.failed), strings.Join(n.failed, ", "))
+	}
+	return fmt.Sprintf("nemesis summary: PostgreSQL %d, seed %d, %s, %d schedules; faults %d (%s); orders %d, events %d, deliveries %d (duplicates %d); "+
+		"acknowledged orders lost with an asynchronous standby %d; longest recovery after healing %s (%s); %s",
+		pg, s.seed, s.duration, n.schedules, total, strings.Join(fs, ", "), n.orders, n.events, n.deliveries, n.duplicates,
+		n.lostTimline, n.recovery.Round(100*time.Millisecond), n.recoveryAt, verdict)
+}
+
+// TestNemesis runs schedules until the run's duration is used up (at least
+// one). Schedule i runs with seed SEED+i, so a failing schedule replays as
+// the first one of `make nemesis SEED=<its seed>`.
+func TestNemesis(t *testing.T) {
+	s := readNemesisSettings(t)
+	totals := &nemesisTotals{faults: map[string]int{}}
+	pg := nemesisPGVersion()
+	began := time.Now()
+	for i := 0; i == 0 || time.Since(began)+s.faults+2*time.Minute < s.duration; i++ {
+		seed := s.seed + uint64(i)
+		name := fmt.Sprintf("schedule-%d-seed-%d", i, seed)
+		var res *scheduleResult
+		passed := t.Run(name, func(t *testing.T) {
+			res = runSchedule(t, seed, s.faults)
+		})
+		if res != nil {
+			totals.add(name, res, passed)
+		}
+	}
+	t.Log(totals.summary(s, pg))
+}

@@ -357,7 +357,9 @@ func (r *scheduleRun) checkKafka(ctx context.Context) {
 		}
 	}
 	var rolledBack, acknowledged map[string]bool
-	r.work.ledger.do(func(l *nemesisLedger) { rolledBack, acknowledged = maps.Clone(l.rolledBack), maps.Clone(l.acknowledged) })
+	r.work.ledger.do(func(l *nemesisLedger) {
+		rolledBack, acknowledged = maps.Clone(l.rolledBack), maps.Clone(l.acknowledged)
+	})
 	for id := range rolledBack {
 		if orders[id] {
 			res.violate("rolled back, yet order %s exists", id)

@@ -45,7 +45,7 @@ func (r *reader) recoverGap(ctx context.Context, ctl *control, reason string, st
 		return err
 	}
 	defer rconn.Close(context.WithoutCancel(ctx))
-	created, err := createSlotExportingSnapshot(ctx, rconn, r.cfg.Slot)
+	created, err := r.createRecoverySlot(ctx, ctl, rconn)
 	if err != nil {
 		return err
 	}
@@ -79,6 +79,53 @@ func (r *reader) recoverGap(ctx context.Context, ctl *control, reason string, st
 	r.logger.Warn("replication slot gap recovered: republished outbox rows with their original event IDs; consumers skip the ones they applied",
 		"events", n, "slot_lsn", start.String(), "took", time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// createRecoverySlot creates the recovery's slot. Creating a logical slot
+// waits until every transaction that held a transaction ID when it began
+// has ended, anywhere in the cluster: a prepared transaction nobody
+// resolves, or a session idle in a transaction, holds the recovery — and
+// every order — until it ends. Meanwhile the reader logs what it waits for
+// every checkpoint interval, and the leader's health (health.go) turns
+// unhealthy, naming them, once it waited --unhealthy-after.
+func (r *reader) createRecoverySlot(ctx context.Context, ctl *control, rconn *pgconn.PgConn) (pglogrepl.CreateReplicationSlotResult, error) {
+	began := time.Now()
+	r.prog.setCreating(began)
+	defer r.prog.setCreating(time.Time{})
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		t := time.NewTicker(r.cfg.CheckpointInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			b, err := slotCreationBlockers(wctx, ctl, began)
+			if err != nil || wctx.Err() != nil {
+				continue
+			}
+			r.prog.setBlockers(b)
+			r.logger.Warn("creating the replication slot waits for transactions that hold a transaction ID to end", "waited", time.Since(began).Round(time.Second), "blockers", b)
+		}
+	}()
+	return createSlotExportingSnapshot(ctx, rconn, r.cfg.Slot)
+}
+
+// slotCreationBlockers describes the transactions that held a transaction
+// ID before since: prepared transactions and sessions in a transaction.
+func slotCreationBlockers(ctx context.Context, ctl *control, since time.Time) (string, error) {
+	var b string
+	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT coalesce(string_agg(x, '; '), '') FROM (
+			SELECT format('prepared transaction %L since %s', gid, prepared) AS x FROM pg_prepared_xacts WHERE prepared < $1
+			UNION ALL
+			SELECT format('pid %s (%s, %s) in a transaction since %s', pid, coalesce(nullif(application_name, ''), 'no application_name'), state, xact_start)
+			FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND xact_start < $1) s`, since).Scan(&b)
+	})
+	return b, err
 }
 
 // replicationConn opens a replication connection to the database.

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -196,4 +198,108 @@ func TestCDCSlotReplacedBeforeStreaming(t *testing.T) {
 	t.Logf("event %s committed before the slot was recreated under the held reader", skipped)
 	waitEventsInKafka(t, env, []string{skipped}, time.Minute)
 	waitMetric(t, metrics, "eventforge_cdc_gap_recoveries_total", time.Minute, "the gap recovered", func(v float64) bool { return v >= 1 })
+}
+
+// TestCDCRecoveryNamesWhatItWaitsFor: a prepared transaction nobody
+// resolves holds the creation of the recovery's slot — and with it every
+// order. The reader says what it waits for, and its leadership turns
+// unhealthy (not ready, naming the prepared transaction) instead of
+// counting a recovery that cannot progress as healthy; once the
+// transaction is resolved the gap is recovered.
+func TestCDCRecoveryNamesWhatItWaitsFor(t *testing.T) {
+	stack := testenv.NewPrivate(t, testenv.WithoutKafka(), testenv.WithPGSettings("max_prepared_transactions = 4"))
+	env := stack.EnvOnSharedKafka(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, env.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	orphan := uuid.NewString()
+	for _, stmt := range []string{
+		`BEGIN`,
+		fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('%s', 'order', '%s', 'OrderCreated', '{}')`, orphan, uuid.NewString()),
+		`PREPARE TRANSACTION 'orphaned'`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolved := false
+	t.Cleanup(func() {
+		if !resolved {
+			_, _ = conn.Exec(context.Background(), `ROLLBACK PREPARED 'orphaned'`)
+		}
+	})
+	if err := schema.DropSlot(ctx, env.Pool, env.Slot); err != nil {
+		t.Fatal(err)
+	}
+	reader, metrics := cdcReader(t, env, "cdc", nil, append([]string{"--unhealthy-after", "5s"}, gapFlags...)...)
+	testenv.Eventually(t, time.Minute, "the reader not ready, naming the prepared transaction", func() error {
+		resp, err := http.Get("http://" + metrics + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == http.StatusOK || !strings.Contains(string(body), "prepared transaction 'orphaned'") {
+			return fmt.Errorf("readyz %d: %s", resp.StatusCode, body)
+		}
+		return nil
+	})
+	if logCount(t, reader.Log, "creating the replication slot waits for transactions that hold a transaction ID to end") == 0 {
+		t.Error("the reader did not log what the slot creation waits for")
+	}
+	if _, err := conn.Exec(ctx, `COMMIT PREPARED 'orphaned'`); err != nil {
+		t.Fatal(err)
+	}
+	resolved = true
+	waitMetric(t, metrics, "eventforge_cdc_gap_recoveries_total", 3*time.Minute, "the gap recovered", func(v float64) bool { return v >= 1 })
+	waitEventsInKafka(t, env, []string{orphan}, time.Minute)
+}
+
+// TestCDCGapUnderNoCreateSlot: a reader with --no-create-slot that finds a
+// gap does not exit (a supervisor would restart it in a loop) and does not
+// stream past the gap: it reports the gap and waits. A reader without the
+// flag beside it recovers the gap, and the pair goes on.
+func TestCDCGapUnderNoCreateSlot(t *testing.T) {
+	pl := newPipeline(t)
+	env := pl.env
+	ctx := context.Background()
+	first, _ := cdcReader(t, env, "cdc-first", nil, gapFlags...)
+	warm := insertOutboxRow(t, env, uuid.NewString(), contract.TypeOrderCreated, `{"warm": true}`)
+	waitEventsInKafka(t, env, []string{warm}, time.Minute)
+	waitCheckpointed(t, pl)
+	first.stop()
+	if err := schema.DropSlot(ctx, env.Pool, env.Slot); err != nil {
+		t.Fatal(err)
+	}
+	inGap := insertOutboxRow(t, env, uuid.NewString(), contract.TypeOrderCreated, `{"gap": true}`)
+
+	strict, metrics := cdcReader(t, env, "cdc-no-create", nil, append([]string{"--no-create-slot", "--unhealthy-after", "5s"}, gapFlags...)...)
+	waitMetric(t, metrics, "eventforge_cdc_slot_gap", 30*time.Second, "the gap reported", func(v float64) bool { return v == 1 })
+	time.Sleep(3 * time.Second)
+	select {
+	case <-strict.Exited():
+		t.Fatalf("the reader with --no-create-slot exited on a gap: %v", strict.Err())
+	default:
+	}
+	recs, err := testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Headers[contract.HeaderID] == inGap {
+			t.Fatal("the gap's event was published by a reader that may not recover it")
+		}
+	}
+	cdcReader(t, env, "cdc-recovering", nil, gapFlags...)
+	waitEventsInKafka(t, env, []string{inGap}, 2*time.Minute)
+	after := insertOutboxRow(t, env, uuid.NewString(), contract.TypeOrderCreated, `{"after": true}`)
+	waitEventsInKafka(t, env, []string{after}, time.Minute)
+	select {
+	case <-strict.Exited():
+		t.Fatalf("the reader with --no-create-slot exited: %v", strict.Err())
+	default:
+	}
 }

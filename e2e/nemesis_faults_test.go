@@ -81,6 +81,8 @@ var faultKinds = []faultKind{
 		resources: func(string) []string { return []string{"slot", "pg"} }, apply: applySlotDrop(true)},
 	{name: "slot invalidated", weight: 2, minHold: 0, maxHold: 0,
 		resources: func(string) []string { return []string{"slot", "pg", "comp:cdc-a", "comp:cdc-b"} }, apply: applySlotInvalidate},
+	{name: "active reader partitioned", weight: 4, minHold: 20 * time.Second, maxHold: 45 * time.Second,
+		resources: func(string) []string { return []string{"comp:cdc-a", "comp:cdc-b"} }, apply: applyPartition},
 	{name: "PostgreSQL immediate restart", weight: 4, minHold: 0, maxHold: 4 * time.Second,
 		resources: func(string) []string { return []string{"pg", "slot"} }, apply: applyPGRestart},
 }
@@ -381,6 +383,26 @@ func applySlotInvalidate(ctx context.Context, r *scheduleRun, _ string, _ time.D
 			return fmt.Errorf("slot %s not invalidated", r.stack.pl.env.Slot)
 		})
 	})
+}
+
+// applyPartition cuts the link of the reader that publishes (cdc-a when
+// neither says so): the server notices through its keepalives, frees the
+// lock and the slot, and the other reader takes over while the cut one may
+// still hold records in its producer.
+func applyPartition(ctx context.Context, r *scheduleRun, _ string, hold time.Duration) error {
+	target := "cdc-a"
+	for name, addr := range r.stack.readerMetrics {
+		if v, ok := scrape(addr, "eventforge_cdc_active"); ok && v == 1 {
+			target = name
+		}
+	}
+	host := r.stack.readerHosts[target]
+	if err := host.Cut(); err != nil {
+		return err
+	}
+	r.t.Logf("the link of %s (%s) is cut", target, host.Addr)
+	sleepCtx(ctx, hold)
+	return host.Heal()
 }
 
 func applyPGRestart(ctx context.Context, r *scheduleRun, _ string, hold time.Duration) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +46,10 @@ type nemesisStack struct {
 	adminDSN string
 	pl       *pipeline
 	ledger   string // the ledger consumer's group
+	// net holds the readers' network namespaces: each reader runs in one of
+	// its own, so that its link can be cut while the other takes over.
+	net         *testenv.Network
+	readerHosts map[string]*testenv.NetHost
 	// readerMetrics are the two readers' metrics addresses.
 	readerMetrics map[string]string
 	comps         []*component
@@ -62,9 +67,15 @@ var nemesisPGSettings = []string{"max_prepared_transactions = 20"}
 func newNemesisStack(t *testing.T, mode standbyMode) *nemesisStack {
 	t.Helper()
 	version := nemesisPGVersion()
-	s := &nemesisStack{t: t, version: version, mode: mode, readerMetrics: map[string]string{}, byName: map[string]*component{}}
-	s.pg = testenv.NewPrivate(t, testenv.WithPGVersion(version), testenv.WithoutKafka(), testenv.WithPGSettings(nemesisPGSettings...))
-	s.kafka = startPrivateKafka(t, 1)
+	s := &nemesisStack{t: t, version: version, mode: mode, readerMetrics: map[string]string{}, byName: map[string]*component{},
+		readerHosts: map[string]*testenv.NetHost{}}
+	s.net = testenv.NewNetwork(t)
+	for _, r := range []string{"cdc-a", "cdc-b"} {
+		s.readerHosts[r] = s.net.AddHost(t)
+	}
+	s.pg = testenv.NewPrivate(t, testenv.WithPGVersion(version), testenv.WithoutKafka(), testenv.WithPGSettings(nemesisPGSettings...),
+		testenv.WithClientNetwork(s.net))
+	s.kafka = startNemesisKafka(t, s.net.HostAddr)
 	env := s.pg.Env(t)
 	env.Endpoints.KafkaBootstrap = s.kafka.Bootstrap
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -112,11 +123,15 @@ func (s *nemesisStack) startProcesses() {
 	}
 	add("api", func(g int) *proc { return pl.apiProc(t, fmt.Sprintf("api-%d", g), nil, pl.env.DatabaseURL) })
 	for _, r := range []string{"cdc-a", "cdc-b"} {
-		addr := testkit.FreeAddr(t)
+		host := s.readerHosts[r]
+		addr := host.Addr + ":9464" // the namespace's own port space
 		s.readerMetrics[r] = addr
 		add(r, func(g int) *proc {
-			args := append([]string{"--metrics-addr", addr}, s.readerFlags()...)
-			return pl.startCDC(t, fmt.Sprintf("%s-%d", r, g), nil, args...)
+			args := append([]string{"cdc",
+				"--database-url", viaBridge(pl.env.DatabaseURL, s.net.HostAddr), "--kafka-brokers", s.kafka.ExternalBootstrap,
+				"--slot", pl.env.Slot, "--topic", "order=" + pl.env.Topic, "--status-interval", "500ms",
+				"--metrics-addr", addr}, s.readerFlags()...)
+			return startIn(t, host, fmt.Sprintf("%s-%d", r, g), nil, args...)
 		})
 	}
 	add("fulfillment", func(g int) *proc {
@@ -131,6 +146,26 @@ func (s *nemesisStack) startProcesses() {
 		c.restart()
 	}
 	pl.waitAPIReady(t, s.byName["api"].current())
+}
+
+// viaBridge points a loopback DSN at the bridge's address, for a process in
+// a namespace.
+func viaBridge(dsn, addr string) string { return strings.ReplaceAll(dsn, "127.0.0.1", addr) }
+
+// startNemesisKafka starts a one-node cluster of the schedule's own that
+// also listens on the bridge's address, for the readers in namespaces.
+func startNemesisKafka(t *testing.T, host string) *localstack.KafkaCluster {
+	t.Helper()
+	dir := testkit.StackDir(t, "eventforge-kafka-")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := localstack.StartKafkaCluster(ctx, localstack.ClusterConfig{StateDir: dir, Nodes: 1, ExternalHost: host}, quietLogger())
+	if err != nil {
+		t.Fatalf("starting the schedule's kafka: %v", err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
 }
 
 // current returns the component's running process.

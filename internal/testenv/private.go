@@ -45,6 +45,16 @@ func WithPGSettings(lines ...string) PrivateOption {
 	return func(c *localstack.Config) { c.PGSettings = append(c.PGSettings, lines...) }
 }
 
+// WithClientNetwork lets processes on network n (namespaces of a test)
+// connect: the server also listens on n's bridge address, and pg_hba.conf
+// admits n's subnet.
+func WithClientNetwork(n *Network) PrivateOption {
+	return func(c *localstack.Config) {
+		c.PGClientNetworks = append(c.PGClientNetworks, n.CIDR)
+		c.PGSettings = append(c.PGSettings, fmt.Sprintf("listen_addresses = '127.0.0.1, %s'", n.HostAddr))
+	}
+}
+
 // WithoutKafka starts PostgreSQL only: the stack has no broker and
 // Endpoints.KafkaBootstrap is empty. Tests of PostgreSQL alone use it to
 // spare the machine a JVM.

@@ -165,8 +165,9 @@ func TestCreateOrderIsAtomic(t *testing.T) {
 // without a key, the pipeline's implicit transaction, every statement
 // executed and no Sync yet (state active on the outbox insert, never "idle in
 // transaction", which an explicit BEGIN would show); with a key, the explicit
-// transaction waiting for COMMIT. Nothing is visible before the commit, a
-// failing point rolls everything back, and the pool stays usable.
+// transaction waiting for COMMIT. Its caller's cancellation does not cut
+// the held write off, its deadline does. Nothing is visible before the
+// commit, a failing point rolls everything back, and the pool stays usable.
 func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 	env := testenv.New(t)
 	s := New(env.Pool)
@@ -201,11 +202,11 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := rowCount(t)
 
-			// delay: the point holds the write until the caller gives up.
+			// delay: the point holds the write until the caller's deadline.
 			if err := failpoint.Arm(failpoint.APIBeforeCommit + "=1*delay(10m)"); err != nil {
 				t.Fatal(err)
 			}
-			cctx, cancel := context.WithCancel(ctx)
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			o, ev := newOrder(t)
 			done := make(chan error, 1)
@@ -235,9 +236,11 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 			if n := rowCount(t); n != before {
 				t.Fatalf("rows visible before the commit: %d, want %d", n, before)
 			}
+			// The caller's cancellation does not cut the write off; its
+			// deadline does, before the commit: nothing was written.
 			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Fatalf("create held at the failpoint, then cancelled: %v, want context.Canceled", err)
+			if err := <-done; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotWritten) {
+				t.Fatalf("create held at the failpoint until its deadline: %v, want context.DeadlineExceeded and ErrNotWritten", err)
 			}
 			testenv.Eventually(t, 10*time.Second, "the held write rolled back", func() error {
 				var open int

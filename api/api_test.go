@@ -37,7 +37,7 @@ func TestIdempotentCreateRace(t *testing.T) {
 func idempotentCreateRace(t *testing.T, s *server) {
 	const n = 50
 	body := restJSON(t, validCreate())
-	header := http.Header{"Idempotency-Key": {"race-key-1"}}
+	header := http.Header{"Idempotency-Key": {"race-key-1"}, "Content-Type": {"application/json"}}
 
 	type answer struct {
 		status           int

@@ -68,10 +68,10 @@ func TestHealthReflectionOpenAPI(t *testing.T) {
 		method, path string
 		errors       []string
 	}{
-		{"post", "/v1/orders", []string{"400", "409", "413", "500", "503", "504"}},
-		{"get", "/v1/orders", []string{"400", "500", "503", "504"}},
-		{"get", "/v1/orders/{order_id}", []string{"400", "404", "500", "503", "504"}},
-		{"post", "/v1/orders/{order_id}:cancel", []string{"400", "404", "413", "500", "503", "504"}},
+		{"post", "/v1/orders", []string{"400", "409", "413", "414", "415", "431", "500", "503", "504"}},
+		{"get", "/v1/orders", []string{"400", "414", "431", "500", "503", "504"}},
+		{"get", "/v1/orders/{order_id}", []string{"400", "404", "414", "431", "500", "503", "504"}},
+		{"post", "/v1/orders/{order_id}:cancel", []string{"400", "404", "413", "414", "415", "431", "500", "503", "504"}},
 	}
 	ops := 0
 	for _, p := range spec.Paths {

@@ -199,9 +199,10 @@ func TestRefusedGroupIsWrittenAgainOneByOne(t *testing.T) {
 }
 
 // germanLocale is a locale with PostgreSQL's German message catalog. The
-// server must have it (Debian: `localedef -i de_DE -f UTF-8 de_DE.UTF-8` or
-// locales' locale-gen); without it ALTER DATABASE … SET lc_messages fails
-// and says so.
+// database server's machine must have it (Debian: `localedef -i de_DE -f
+// UTF-8 de_DE.UTF-8`, with `--no-archive` for a server that is already
+// running, whose processes keep the locale archive they opened); without it
+// ALTER DATABASE … SET lc_messages fails and says so.
 const germanLocale = "de_DE.UTF-8"
 
 // TestWaitingCreateWithdrawsWhenItsContextEnds: a create whose caller gives

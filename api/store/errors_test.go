@@ -56,7 +56,7 @@ func TestClassify(t *testing.T) {
 		t.Run(tt.code, func(t *testing.T) {
 			err := classify(&pgconn.PgError{Code: tt.code, SeverityUnlocalized: "ERROR"})
 			for _, cause := range []error{ErrRetryable, ErrUnavailable} {
-				if errors.Is(err, cause) != (tt.want == cause) {
+				if errors.Is(err, cause) != errors.Is(tt.want, cause) {
 					t.Fatalf("classify(%s) = %v; want it marked %v", tt.code, err, tt.want)
 				}
 			}

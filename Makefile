@@ -93,8 +93,19 @@ STOP_STARTED = stop_started() { \
 	*" postgres "*) echo "stopping PostgreSQL $${EVENTFORGE_PG_VERSION:-15} (started by this run)"; $(EVENTFORGE) stack down --postgres-only;; \
 	esac; }
 
+# The api's refused-group test runs under a German lc_messages, which the
+# database server's machine must have (PostgreSQL translates its severity).
+# --no-archive: a server that already runs reads such a locale.
+.PHONY: test-locales
+test-locales: ## Generate the de_DE.UTF-8 locale the api tests use (as root)
+	@if ! locale -a 2>/dev/null | grep -qx 'de_DE.utf8'; then \
+		if [ "$$(id -u)" = 0 ] && command -v localedef >/dev/null; then \
+			echo "generating the de_DE.UTF-8 locale"; localedef --no-archive -i de_DE -f UTF-8 de_DE.UTF-8; \
+		else echo >&2 "the api tests need the de_DE.UTF-8 locale: run 'sudo localedef --no-archive -i de_DE -f UTF-8 de_DE.UTF-8'"; exit 1; fi; \
+	fi
+
 .PHONY: test
-test: build openapi-validator web-deps browser-deps ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
+test: build openapi-validator web-deps browser-deps test-locales ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	$(STOP_STARTED); \
 	trap stop_started EXIT; \

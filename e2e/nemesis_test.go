@@ -31,7 +31,8 @@ import (
 // and the faults), nemesis_check_test.go (the checks).
 
 // nemesisSettings are what `make nemesis` passes: EVENTFORGE_NEMESIS_DURATION
-// (the run, default 4m), EVENTFORGE_NEMESIS_SEED (default 6: a plan with a standby, a failover and a partitioned reader) and
+// (the run, default 4m), EVENTFORGE_NEMESIS_SEED (default 6, whose plan has
+// a standby, a failover and a partitioned reader) and
 // EVENTFORGE_NEMESIS_FAULTS (the fault phase of one schedule, default 75s).
 // The PostgreSQL version is the stack's ($EVENTFORGE_PG_VERSION, `PG=`).
 type nemesisSettings struct {

@@ -188,8 +188,40 @@ func (r *reader) republishSnapshot(ctx context.Context, ctl *control, snapshot s
 		return 0, 0, fmt.Errorf("beginning the snapshot transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT `+quoteLiteral(snapshot)); err != nil {
-		return 0, 0, fmt.Errorf("importing snapshot %s: %w", snapshot, err)
+	g := &gapRepublish{r: r, tx: tx, from: from, lsn: lsn, dead: tableWriter{ctl: ctl, table: r.dlq, slot: r.cfg.Slot}}
+	xmin, err := g.importSnapshot(ctx, snapshot)
+	if err != nil {
+		return 0, 0, err
+	}
+	failed, err := g.firstPass(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(failed) > 0 {
+		if err := g.secondPass(ctx, failed); err != nil {
+			return 0, 0, err
+		}
+	}
+	return g.settled, xmin, nil
+}
+
+// gapRepublish is one republish of a gap in its snapshot transaction.
+type gapRepublish struct {
+	r       *reader
+	tx      pgx.Tx
+	from    *int64
+	lsn     pglogrepl.LSN
+	dead    deadLetterWriter
+	query   string
+	settled int64 // rows published or dead-lettered
+}
+
+// importSnapshot makes tx see the slot's snapshot, builds the query for
+// what the server offers, and returns the snapshot's xmin.
+func (g *gapRepublish) importSnapshot(ctx context.Context, snapshot string) (int64, error) {
+	r := g.r
+	if _, err := g.tx.Exec(ctx, `SET TRANSACTION SNAPSHOT `+quoteLiteral(snapshot)); err != nil {
+		return 0, fmt.Errorf("importing snapshot %s: %w", snapshot, err)
 	}
 	var (
 		xmin      int64
@@ -197,31 +229,34 @@ func (r *reader) republishSnapshot(ctx context.Context, ctl *control, snapshot s
 		deletedOK bool
 	)
 	deleted := deletedTable(r.table)
-	err = tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, current_setting('track_commit_timestamp'), to_regclass($1) IS NOT NULL`,
+	err := g.tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, current_setting('track_commit_timestamp'), to_regclass($1) IS NOT NULL`,
 		deleted.Sanitize()).Scan(&xmin, &commitTS, &deletedOK)
 	if err != nil {
-		return 0, 0, fmt.Errorf("reading the snapshot's xmin: %w", err)
+		return 0, fmt.Errorf("reading the snapshot's xmin: %w", err)
 	}
 	if !deletedOK {
+		r.logger.Warn("no table of deleted outbox rows: rows deleted in the transaction that wrote them cannot be republished", "table", deleted.Sanitize())
 		deleted = nil
-		r.logger.Warn("no table of deleted outbox rows: rows deleted in the transaction that wrote them cannot be republished", "table", deletedTable(r.table).Sanitize())
 	}
 	if commitTS != "on" {
 		r.logger.Warn("track_commit_timestamp is off: the gap is republished in transaction-ID order, which is commit order only for writers whose transactions on one order start after the previous one committed (as the order API's do)")
 	}
-	query := gapRowsQuery(r.table, deleted, r.dlq, commitTS == "on")
-	dead := tableWriter{ctl: ctl, table: r.dlq, slot: r.cfg.Slot}
+	g.query = gapRowsQuery(r.table, deleted, r.dlq, commitTS == "on")
+	return xmin, nil
+}
 
-	// Pass 1: every row, pipelined.
+// firstPass publishes every row, pipelined, dead-letters the ones no
+// record can be built from, and returns the failures by event ID.
+func (g *gapRepublish) firstPass(ctx context.Context) (map[string]error, error) {
+	r := g.r
 	first, err := r.newGapPass()
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	var settled int64
-	err = r.eachGapRow(ctx, tx, query, from, nil, func(ev *decode.Event, xid int64, headersErr error) error {
+	err = r.eachGapRow(ctx, g.tx, g.query, g.from, nil, func(ev *decode.Event, xid int64, headersErr error) error {
 		if headersErr != nil {
-			settled++
-			return r.storeDeadLetter(ctx, dead, ev, lsn, headersErr)
+			g.settled++
+			return r.storeDeadLetter(ctx, g.dead, ev, g.lsn, headersErr)
 		}
 		return first.publish(ctx, ev, xid)
 	})
@@ -230,64 +265,75 @@ func (r *reader) republishSnapshot(ctx context.Context, ctl *control, snapshot s
 	}
 	first.pub.Close(0)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	settled += first.out.acked
-	if len(first.out.failed) == 0 {
-		return settled, xmin, nil
-	}
+	g.settled += first.out.acked
 	if len(first.out.failed) > maxGapFailures {
-		return 0, 0, fmt.Errorf("%d records failed", len(first.out.failed))
+		return nil, fmt.Errorf("%d records failed", len(first.out.failed))
 	}
+	return first.out.failed, nil
+}
 
-	// Pass 2: the failed rows in commit order; each suspect alone.
-	ids := make([]string, 0, len(first.out.failed))
-	for id := range first.out.failed {
+// secondPass republishes the failed rows in commit order, each suspect —
+// a record Kafka refused — alone, after everything before it and before
+// anything after it, dead-lettering it when refused again.
+func (g *gapRepublish) secondPass(ctx context.Context, failed map[string]error) error {
+	r := g.r
+	ids := make([]string, 0, len(failed))
+	for id := range failed {
 		ids = append(ids, id)
 	}
 	r.logger.Info("republishing the records of the gap that failed; those Kafka refused, each alone", "events", len(ids))
 	second, err := r.newGapPass()
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	defer second.pub.Close(0)
-	err = r.eachGapRow(ctx, tx, query, from, ids, func(ev *decode.Event, xid int64, _ error) error {
-		if !publish.Permanent(first.out.failed[ev.ID]) {
+	err = r.eachGapRow(ctx, g.tx, g.query, g.from, ids, func(ev *decode.Event, xid int64, _ error) error {
+		if !publish.Permanent(failed[ev.ID]) {
 			return second.publish(ctx, ev, xid)
 		}
-		// Alone: after everything before it, before anything after it.
-		if err := second.out.wait(ctx, r.cfg.UnhealthyAfter); err != nil {
+		cause, err := second.alone(ctx, ev, xid, r.cfg.UnhealthyAfter)
+		if err != nil || cause == nil {
 			return err
 		}
-		if err := second.publish(ctx, ev, xid); err != nil {
-			return err
-		}
-		if err := second.out.wait(ctx, r.cfg.UnhealthyAfter); err != nil {
-			return err
-		}
-		second.out.mu.Lock()
-		cause, failed := second.out.failed[ev.ID]
-		refused := failed && publish.Permanent(cause)
-		if refused {
-			delete(second.out.failed, ev.ID)
-		}
-		second.out.mu.Unlock()
-		if !refused {
-			return nil // acknowledged, or failed for good below
-		}
-		settled++
-		return r.storeDeadLetter(ctx, dead, ev, lsn, fmt.Errorf("delivering event %s: %w", ev.ID, cause))
+		g.settled++
+		return r.storeDeadLetter(ctx, g.dead, ev, g.lsn, fmt.Errorf("delivering event %s: %w", ev.ID, cause))
 	})
 	if err == nil {
 		err = second.out.wait(ctx, r.cfg.UnhealthyAfter)
 	}
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	for id, err := range second.out.failed {
-		return 0, 0, fmt.Errorf("delivering event %s: %w", id, err)
+		return fmt.Errorf("delivering event %s: %w", id, err)
 	}
-	return settled + second.out.acked, xmin, nil
+	g.settled += second.out.acked
+	return nil
+}
+
+// alone produces ev after everything in flight was reported and waits for
+// its outcome; it returns the refusal when Kafka refused it permanently
+// (no longer counted as failed), nil when it was acknowledged or failed
+// otherwise (left in failed).
+func (p *gapPass) alone(ctx context.Context, ev *decode.Event, xid int64, stall time.Duration) (refusal error, err error) {
+	if err := p.out.wait(ctx, stall); err != nil {
+		return nil, err
+	}
+	if err := p.publish(ctx, ev, xid); err != nil {
+		return nil, err
+	}
+	if err := p.out.wait(ctx, stall); err != nil {
+		return nil, err
+	}
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	if cause, failed := p.out.failed[ev.ID]; failed && publish.Permanent(cause) {
+		delete(p.out.failed, ev.ID)
+		return cause, nil
+	}
+	return nil, nil
 }
 
 // eachGapRow calls f for each row of query in the snapshot transaction tx,

@@ -41,9 +41,9 @@ type KafkaCluster struct {
 	// ExternalBootstrap lists every node's external listener, when
 	// ClusterConfig.ExternalHost is set.
 	ExternalBootstrap string
-	java      string
-	log       *slog.Logger
-	nodes     []*clusterNode
+	java              string
+	log               *slog.Logger
+	nodes             []*clusterNode
 }
 
 type clusterNode struct {

@@ -35,7 +35,10 @@ type scheduleResult struct {
 	lostWithTimeline int
 	// recovery is the time from the end of the heal until every committed
 	// event was in Kafka or dead-lettered by the relay.
-	recovery   time.Duration
+	recovery time.Duration
+	// takeovers are the times from a partition of the active reader until
+	// the other one published.
+	takeovers  []time.Duration
 	violations []string
 }
 
@@ -88,9 +91,9 @@ func runSchedule(t *testing.T, seed uint64, phase time.Duration) *scheduleResult
 	for _, v := range res.violations {
 		t.Error(v)
 	}
-	t.Logf("schedule of seed %d: faults %v (%d not applicable), orders %d, events %d, deliveries %d (duplicates %d), recovery after healing %s, acknowledged orders lost with an asynchronous standby %d, violations %d",
+	t.Logf("schedule of seed %d: faults %v (%d not applicable), orders %d, events %d, deliveries %d (duplicates %d), recovery after healing %s, takeovers after a partition %v, acknowledged orders lost with an asynchronous standby %d, violations %d",
 		seed, res.faults, res.faultsSkipped, res.orders, res.events, res.deliveries, res.duplicates, res.recovery.Round(100*time.Millisecond),
-		res.lostWithTimeline, len(res.violations))
+		res.takeovers, res.lostWithTimeline, len(res.violations))
 	return res
 }
 

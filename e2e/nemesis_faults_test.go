@@ -396,12 +396,28 @@ func applyPartition(ctx context.Context, r *scheduleRun, _ string, hold time.Dur
 			target = name
 		}
 	}
+	other := "cdc-b"
+	if target == "cdc-b" {
+		other = "cdc-a"
+	}
 	host := r.stack.readerHosts[target]
 	if err := host.Cut(); err != nil {
 		return err
 	}
+	cut := time.Now()
 	r.t.Logf("the link of %s (%s) is cut", target, host.Addr)
-	sleepCtx(ctx, hold)
+	for time.Since(cut) < hold {
+		if v, ok := scrape(r.stack.readerMetrics[other], "eventforge_cdc_active"); ok && v == 1 {
+			took := time.Since(cut)
+			r.t.Logf("%s took over %s after the cut", other, took.Round(100*time.Millisecond))
+			r.mu.Lock()
+			r.res.takeovers = append(r.res.takeovers, took)
+			r.mu.Unlock()
+			break
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+	sleepCtx(ctx, hold-time.Since(cut))
 	return host.Heal()
 }
 

@@ -76,6 +76,7 @@ type nemesisTotals struct {
 	recovery    time.Duration // the longest time to drain after healing
 	recoveryAt  string
 	lostTimline int // acknowledged orders a promoted asynchronous standby lacked
+	takeover    time.Duration // the longest takeover after a partition
 }
 
 func (n *nemesisTotals) add(name string, r *scheduleResult, passed bool) {
@@ -95,6 +96,9 @@ func (n *nemesisTotals) add(name string, r *scheduleResult, passed bool) {
 	n.lostTimline += r.lostWithTimeline
 	if r.recovery > n.recovery {
 		n.recovery, n.recoveryAt = r.recovery, name
+	}
+	for _, d := range r.takeovers {
+		n.takeover = max(n.takeover, d)
 	}
 }
 
@@ -117,9 +121,9 @@ func (n *nemesisTotals) summary(s nemesisSettings, pg int) string {
 		verdict = fmt.Sprintf("violations in %d schedules: %s", len(n.failed), strings.Join(n.failed, ", "))
 	}
 	return fmt.Sprintf("nemesis summary: PostgreSQL %d, seed %d, %s, %d schedules; faults %d (%s); orders %d, events %d, deliveries %d (duplicates %d); "+
-		"acknowledged orders lost with an asynchronous standby %d; longest recovery after healing %s (%s); %s",
+		"acknowledged orders lost with an asynchronous standby %d; longest recovery after healing %s (%s); longest takeover after a partition %s; %s",
 		pg, s.seed, s.duration, n.schedules, total, strings.Join(fs, ", "), n.orders, n.events, n.deliveries, n.duplicates,
-		n.lostTimline, n.recovery.Round(100*time.Millisecond), n.recoveryAt, verdict)
+		n.lostTimline, n.recovery.Round(100*time.Millisecond), n.recoveryAt, n.takeover.Round(100*time.Millisecond), verdict)
 }
 
 // TestNemesis runs schedules until the run's duration is used up (at least

@@ -75,7 +75,7 @@ type nemesisTotals struct {
 	duplicates  int
 	recovery    time.Duration // the longest time to drain after healing
 	recoveryAt  string
-	lostTimline int // acknowledged orders a promoted asynchronous standby lacked
+	lostTimline int           // acknowledged orders a promoted asynchronous standby lacked
 	takeover    time.Duration // the longest takeover after a partition
 }
 

@@ -231,8 +231,12 @@ SEED ?= $(shell echo $$RANDOM)
 
 .PHONY: nemesis
 nemesis: build ## Run the nemesis for DURATION (default 10m) with SEED and PG, then print its summary
-	EVENTFORGE_NEMESIS_DURATION=$(DURATION) EVENTFORGE_NEMESIS_SEED=$(SEED) \
+	EVENTFORGE_NEMESIS_DURATION=$(DURATION) EVENTFORGE_NEMESIS_SEED=$(SEED) EVENTFORGE_NEMESIS_DOC=$(EVENTFORGE_NEMESIS_DOC) \
 		$(GO) test -count=1 -timeout 0 -run '^TestNemesis$$' -v ./e2e/ | grep -E '^\s+(\+|nemesis_)|nemesis summary|^(---|ok|FAIL|PASS)'
+
+.PHONY: nemesis-doc
+nemesis-doc: build ## make nemesis, then write its results for PG into docs/guarantees.md
+	EVENTFORGE_NEMESIS_DOC=$(CURDIR)/docs/guarantees.md $(MAKE) --no-print-directory nemesis
 
 .PHONY: guarantees
 guarantees: build ## Run the failure-window matrix and write its results table into docs/guarantees.md

@@ -23,6 +23,7 @@ const progressBound = 3 * time.Minute
 
 // scheduleResult is what one schedule did and found.
 type scheduleResult struct {
+	mode          standbyMode
 	faults        map[string]int // applied, by kind
 	faultsSkipped int            // planned but not applicable at the time
 	orders        int
@@ -71,7 +72,7 @@ func runSchedule(t *testing.T, seed uint64, phase time.Duration) *scheduleResult
 	t.Logf("schedule of seed %d on PostgreSQL %d, standby %s, fault phase %s, %d faults (%v); replay it with `make nemesis SEED=%d DURATION=1m`:\n%s",
 		seed, nemesisPGVersion(), mode, phase, len(plan), countKinds(plan), seed, describePlan(plan))
 
-	r := &scheduleRun{t: t, res: &scheduleResult{faults: map[string]int{}}}
+	r := &scheduleRun{t: t, res: &scheduleResult{mode: mode, faults: map[string]int{}}}
 	r.stack = newNemesisStack(t, mode)
 	r.stack.startProcesses()
 	r.waitReaderActive(time.Minute)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -77,12 +78,14 @@ type nemesisTotals struct {
 	recoveryAt  string
 	lostTimline int           // acknowledged orders a promoted asynchronous standby lacked
 	takeover    time.Duration // the longest takeover after a partition
+	modes       map[standbyMode]int
 }
 
 func (n *nemesisTotals) add(name string, r *scheduleResult, passed bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.schedules++
+	n.modes[r.mode]++
 	if !passed {
 		n.failed = append(n.failed, name)
 	}
@@ -131,7 +134,7 @@ func (n *nemesisTotals) summary(s nemesisSettings, pg int) string {
 // the first one of `make nemesis SEED=<its seed>`.
 func TestNemesis(t *testing.T) {
 	s := readNemesisSettings(t)
-	totals := &nemesisTotals{faults: map[string]int{}}
+	totals := &nemesisTotals{faults: map[string]int{}, modes: map[standbyMode]int{}}
 	pg := nemesisPGVersion()
 	began := time.Now()
 	for i := 0; i == 0 || time.Since(began)+s.faults+2*time.Minute < s.duration; i++ {
@@ -146,6 +149,72 @@ func TestNemesis(t *testing.T) {
 		}
 	}
 	t.Log(totals.summary(s, pg))
+	if doc := os.Getenv("EVENTFORGE_NEMESIS_DOC"); doc != "" {
+		if err := writeNemesisRow(doc, pg, totals.row(s, pg, sourceRevision(t, filepath.Dir(doc)))); err != nil {
+			t.Errorf("writing the results into %s: %v", doc, err)
+		}
+	}
+}
+
+const (
+	nemesisBegin = "<!-- nemesis:begin -->"
+	nemesisEnd   = "<!-- nemesis:end -->"
+	nemesisHead  = "| PostgreSQL | run | schedules (standby: sync / async / none) | faults applied | orders | events | deliveries (duplicates) | longest recovery after healing | longest takeover after a partition | acknowledged orders lost with an asynchronous standby | violations |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+)
+
+// row is the run's line of the results table.
+func (n *nemesisTotals) row(s nemesisSettings, pg int, rev string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	kinds := make([]string, 0, len(n.faults))
+	total := 0
+	for k, v := range n.faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+		total += v
+	}
+	sort.Strings(kinds)
+	verdict := "0"
+	if len(n.failed) > 0 {
+		verdict = fmt.Sprintf("in %d schedules", len(n.failed))
+	}
+	return fmt.Sprintf("| %d | %s, seed %d, %s, commit %s | %d (%d / %d / %d) | %d: %s | %d | %d | %d (%d) | %s | %s | %d | %s |",
+		pg, time.Now().UTC().Format("2006-01-02 15:04 MST"), s.seed, s.duration, rev, n.schedules, n.modes[syncStandby], n.modes[asyncStandby], n.modes[noStandby],
+		total, strings.Join(kinds, ", "), n.orders, n.events, n.deliveries, n.duplicates,
+		n.recovery.Round(100*time.Millisecond), n.takeover.Round(100*time.Millisecond), n.lostTimline, verdict)
+}
+
+// writeNemesisRow puts row, the results of a run on PostgreSQL pg, into the
+// table between doc's nemesis markers, replacing that version's earlier
+// row and keeping the other versions'.
+func writeNemesisRow(doc string, pg int, row string) error {
+	src, err := os.ReadFile(doc)
+	if err != nil {
+		return err
+	}
+	before, rest, ok := strings.Cut(string(src), nemesisBegin)
+	table, after, ok2 := strings.Cut(rest, nemesisEnd)
+	if !ok || !ok2 {
+		return fmt.Errorf("%s lacks the %s … %s markers", doc, nemesisBegin, nemesisEnd)
+	}
+	rows := map[int]string{}
+	for _, line := range strings.Split(table, "\n") {
+		var v int
+		if _, err := fmt.Sscanf(line, "| %d |", &v); err == nil {
+			rows[v] = line
+		}
+	}
+	rows[pg] = row
+	versions := make([]int, 0, len(rows))
+	for v := range rows {
+		versions = append(versions, v)
+	}
+	sort.Ints(versions)
+	var b strings.Builder
+	b.WriteString(nemesisBegin + "\nWritten by `TestNemesis` (`make nemesis-doc`), one row per PostgreSQL version, from its latest run.\n\n" + nemesisHead)
+	for _, v := range versions {
+		b.WriteString(rows[v] + "\n")
+	}
+	return os.WriteFile(doc, []byte(before+b.String()+nemesisEnd+after), 0o644)
 }
 
 // TestNemesisPlan: a seed always draws the same plan (so SEED= replays a

@@ -213,6 +213,7 @@ func (w *workload) sqlWrite(ctx context.Context) {
 		{"two-phase commit", 15, w.twoPhase},
 		{"malformed headers", 5, w.malformed},
 		{"large payload", 15, w.largePayload},
+		{"refused neighbour", 8, w.refusedNeighbour},
 	}
 	total := 0
 	for _, k := range kinds {
@@ -379,6 +380,46 @@ func (w *workload) malformed(ctx context.Context) error {
 func (w *workload) largePayload(ctx context.Context) error {
 	o := w.newSQLOrder("large-payload", 120, 80)
 	return w.inTx(ctx, func(tx pgx.Tx) error { return o.insert(ctx, tx) })
+}
+
+// refusedNeighbour writes, in one transaction, a small order and a large
+// one whose records land in the same partition (back to back, so in one
+// batch: refused whole while the topic's limit is lowered), then, a moment
+// later, cancels the small one in a transaction of its own, whose record
+// goes into a later produce request. The small order's events must reach
+// Kafka Created before Cancelled whatever happens to the batch.
+func (w *workload) refusedNeighbour(ctx context.Context) error {
+	small := w.newSQLOrder("neighbour", 1, 0)
+	large := w.newSQLOrder("neighbour-large", 120, 80)
+	large.id = keyOnPartitionOf(small.id, 6)
+	large.eventID = uuid.NewString()
+	err := w.inTx(ctx, func(tx pgx.Tx) error {
+		if err := small.insert(ctx, tx); err != nil {
+			return err
+		}
+		return large.insert(ctx, tx)
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(w.between(200*time.Millisecond, time.Second)):
+	}
+	cancelled, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(&eventforgev1.OrderCancelled{
+		OrderId: small.id, CustomerId: small.customer, Reason: "neighbour", CancelTime: timestamppb.Now()})
+	if err != nil {
+		panic(err)
+	}
+	return w.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE orders SET status = 'cancelled', updated_at = now() WHERE id = $1`, small.id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5)`,
+			uuid.NewString(), contract.AggregateOrder, small.id, contract.TypeOrderCancelled, string(cancelled))
+		return err
+	})
 }
 
 // longTransaction takes a transaction ID, holds it 10–40 s, then writes an

@@ -253,6 +253,8 @@ func (r *scheduleRun) check() {
 		if time.Since(healed) > progressBound {
 			res.violate("no progress: %d of %d committed events neither in Kafka nor dead-lettered %s after healing (first: %s, %s of order %s)",
 				len(missing), len(committed), progressBound, missing[0].id, missing[0].typ, missing[0].orderID)
+			// What did reach Kafka is still checked (phantoms, order).
+			r.checkKafka(ctx)
 			return
 		}
 		time.Sleep(time.Second)

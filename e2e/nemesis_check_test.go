@@ -352,10 +352,17 @@ func (r *scheduleRun) checkKafka(ctx context.Context) {
 	if phantoms > 5 {
 		res.violate("phantom: %d records in all of orders that never committed", phantoms)
 	}
+	lost := 0
 	for _, e := range committed {
-		if !inKafka[e.id] {
+		if inKafka[e.id] {
+			continue
+		}
+		if lost++; lost <= 5 {
 			res.violate("lost: %s %s of order %s committed but is not in Kafka after the replay", e.typ, e.id, e.orderID)
 		}
+	}
+	if lost > 5 {
+		res.violate("lost: %d committed events in all are not in Kafka after the replay", lost)
 	}
 	for key, typ := range first {
 		if typ != contract.TypeOrderCreated && orders[key] && !deadKey[key] {
@@ -379,7 +386,7 @@ func (r *scheduleRun) checkKafka(ctx context.Context) {
 	} else if phantomEffects > 0 {
 		res.violate("phantom effect: %d orders are cancelled without an OrderCancelled event that committed", phantomEffects)
 	}
-	lost := 0
+	lost = 0
 	for id := range acknowledged {
 		if !orders[id] {
 			lost++

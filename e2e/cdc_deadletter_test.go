@@ -27,7 +27,7 @@ func setTopicMaxMessageBytes(t testing.TB, bootstrap, topic string, limit int) {
 
 // alterTopicMaxMessageBytes is setTopicMaxMessageBytes returning its error.
 func alterTopicMaxMessageBytes(bootstrap, topic string, limit int) error {
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "log_level": 3})
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "log_level": 0})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -126,12 +127,16 @@ func classifySQLState(code string) Class {
 	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
 		return ClassUnavailable
 	}
-	switch code[:2] {
-	case "08", "53": // connection exception, insufficient resources
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"): // connection exception, insufficient resources
 		return ClassUnavailable
-	case "22", "23": // data exception, integrity constraint violation
+	case strings.HasPrefix(code, "22"), strings.HasPrefix(code, "23"): // data exception, integrity constraint violation
 		return ClassPermanent
 	}
+	// Anything else, an empty or short code among it. Read-only
+	// transactions (25006), permission denied (42501), a missing table or
+	// column (42P01, 42703) and server errors (58xxx, XX000) land here:
+	// they may refuse this event or every event, which the probe settles.
 	return ClassUnknown
 }
 

@@ -42,6 +42,8 @@ func TestClassify(t *testing.T) {
 		{"admin shutdown", pg("57P01"), ClassUnavailable},
 		{"too many connections", pg("53300"), ClassUnavailable},
 		{"undefined table", pg("42P01"), ClassUnknown},
+		{"empty sqlstate", pg(""), ClassUnknown},
+		{"one-character sqlstate", pg("5"), ClassUnknown},
 		{"connection refused", &pgconn.ConnectError{}, ClassUnavailable},
 		{"other", io.ErrUnexpectedEOF, ClassUnknown},
 	}

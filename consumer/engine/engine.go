@@ -22,7 +22,8 @@
 // topic "<source><suffix>". A record waits without an attempt limit while
 // PostgreSQL is unavailable (see probe.go for how a database that hangs is
 // told from a transaction that is slow). Waits between attempts hold no
-// worker slot. docs/consumer.md is the contract in prose.
+// worker slot. A panic while applying is a failed attempt
+// (ErrPanic). docs/consumer.md is the contract in prose.
 package engine
 
 import (
@@ -32,6 +33,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -79,10 +81,19 @@ type Batcher interface {
 type DB interface {
 	// Begin starts a transaction on one of the DB's connections.
 	Begin(ctx context.Context) (pgx.Tx, error)
-	// Probe reports, within ctx, whether the server answers a trivial
-	// query on a connection of its own: not one its transactions may hold
-	// or wait for.
-	Probe(ctx context.Context) error
+	// Probe reports, within ctx, whether the server commits a
+	// transaction running writes on a connection of its own: not one its
+	// transactions may hold or wait for.
+	Probe(ctx context.Context, writes func(ctx context.Context, tx pgx.Tx) error) error
+}
+
+// Prober is implemented by a Handler whose writes the runtime's probe tries
+// too (probe.go): Probe runs in tx the statements Apply runs, on no rows
+// (e.g. with a condition no row meets), so that a database that refuses
+// them for every event — a table or column missing, a privilege revoked —
+// fails the probe and is unavailable, while it changes nothing.
+type Prober interface {
+	Probe(ctx context.Context, tx pgx.Tx) error
 }
 
 // Options configure a Runtime. A zero duration, size or suffix takes its
@@ -217,6 +228,8 @@ type Runtime struct {
 	dlq   *deadLetterer
 	kc    *kafka.Consumer // set by Run before subscribing
 
+	workerErr atomic.Pointer[error] // a worker's panic outside an attempt: ends Run
+
 	// Owned by the poll goroutine (Run's loop and the rebalance callback).
 	parts map[partKey]*partition
 }
@@ -294,6 +307,9 @@ func (r *Runtime) loop(ctx context.Context, c *kafka.Consumer) error {
 			// supervisor restarts it) gets a new one and redelivers what
 			// was not dead-lettered.
 			return err
+		}
+		if err := r.workerErr.Load(); err != nil {
+			return *err
 		}
 		switch e := c.Poll(100).(type) {
 		case *kafka.Message:

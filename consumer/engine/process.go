@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -13,9 +14,19 @@ import (
 )
 
 // work applies p's records until p stops. A stopped partition starts no
-// new batch: take returns nil, and attempt begins no transaction.
+// new batch: take returns nil, and attempt begins no transaction. A panic
+// outside an attempt (attempt recovers its own) is a fault of the runtime:
+// it ends Run with an error, so that the next process redelivers what was
+// not finished, instead of skipping the record.
 func (r *Runtime) work(p *partition) {
 	defer close(p.done)
+	defer func() {
+		if v := recover(); v != nil {
+			err := fmt.Errorf("worker of %s[%d] panicked: %v", p.topic, p.id, v)
+			r.logger.Error("worker panicked", "topic", p.topic, "partition", p.id, "panic", v, "stack", string(debug.Stack()))
+			r.workerErr.CompareAndSwap(nil, &err)
+		}
+	}()
 	for {
 		batch := p.take(r.opts.BatchSize, r.opts.BatchWait)
 		if batch == nil || !r.process(p, batch) {

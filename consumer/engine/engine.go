@@ -213,6 +213,19 @@ const (
 	fetchGatherBytes = 128 << 10
 )
 
+// The revoke callback runs on the poll goroutine and waits there for the
+// revoked partitions' transactions in flight (each at most
+// Options.AttemptTimeout) and dead-letter writes (at most
+// dlqDeliveryTimeout). A poll loop that stalls longer than
+// max.poll.interval.ms makes the member leave the group, and the offsets
+// it then commits are refused; MaxAttemptTimeout keeps the wait a minute
+// inside it, for the commit that follows.
+const (
+	maxPollInterval = 5 * time.Minute
+	// MaxAttemptTimeout is the longest Options.AttemptTimeout.
+	MaxAttemptTimeout = maxPollInterval - time.Minute
+)
+
 // DefaultFetchWait is FetchWait's default; docs/consumer.md (*Waiting for
 // more records*) has the measurements it was chosen from.
 const DefaultFetchWait = 10 * time.Millisecond
@@ -495,6 +508,7 @@ func consumerSettings(o Options) kafka.ConfigMap {
 		"enable.auto.commit":       true,
 		"auto.commit.interval.ms":  int(o.CommitPeriod / time.Millisecond),
 		"session.timeout.ms":       int(o.SessionTimeout / time.Millisecond),
+		"max.poll.interval.ms":     int(maxPollInterval / time.Millisecond),
 		"heartbeat.interval.ms":    int(max(o.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),
 		// librdkafka's own prefetch, on top of the runtime's queues. Pausing a
 		// partition discards what librdkafka prefetched for it, so a large

@@ -157,4 +157,3 @@ func (r *Runtime) setUnavailable(p *partition, on bool) {
 		unavailablePartitions.WithLabelValues(r.opts.Name).Dec()
 	}
 }
-

@@ -56,14 +56,22 @@ func TestRefusingDatabaseWaits(t *testing.T) {
 			heal:   func(t *testing.T, env *testenv.Env) { readOnly(t, env, false) },
 		},
 		{
-			name:   "insert on processed_events revoked",
-			refuse: func(t *testing.T, env *testenv.Env) { execOn(t, env, `REVOKE INSERT ON processed_events FROM CURRENT_USER`) },
-			heal:   func(t *testing.T, env *testenv.Env) { execOn(t, env, `GRANT INSERT ON processed_events TO CURRENT_USER`) },
+			name: "insert on processed_events revoked",
+			refuse: func(t *testing.T, env *testenv.Env) {
+				execOn(t, env, `REVOKE INSERT ON processed_events FROM CURRENT_USER`)
+			},
+			heal: func(t *testing.T, env *testenv.Env) {
+				execOn(t, env, `GRANT INSERT ON processed_events TO CURRENT_USER`)
+			},
 		},
 		{
-			name:   "handler table missing",
-			refuse: func(t *testing.T, env *testenv.Env) { execOn(t, env, `ALTER TABLE test_effects RENAME TO test_effects_away`) },
-			heal:   func(t *testing.T, env *testenv.Env) { execOn(t, env, `ALTER TABLE test_effects_away RENAME TO test_effects`) },
+			name: "handler table missing",
+			refuse: func(t *testing.T, env *testenv.Env) {
+				execOn(t, env, `ALTER TABLE test_effects RENAME TO test_effects_away`)
+			},
+			heal: func(t *testing.T, env *testenv.Env) {
+				execOn(t, env, `ALTER TABLE test_effects_away RENAME TO test_effects`)
+			},
 		},
 		{
 			// A synchronous standby that is down: COMMIT waits, SELECT 1

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -23,7 +24,7 @@ type dlqCmd struct {
 	List   dlqListCmd   `cmd:"" help:"List dead-lettered records with counts and ages (filters narrow it)."`
 	Show   dlqShowCmd   `cmd:"" help:"Show one dead-lettered record in full: headers and payload."`
 	Replay dlqReplayCmd `cmd:"" help:"Republish dead-lettered records to their original topic with their original key, value and event ID."`
-	Purge  dlqPurgeCmd  `cmd:"" help:"Delete dead-lettered records (all, or those older than --older-than)."`
+	Purge  dlqPurgeCmd  `cmd:"" help:"Delete dead-lettered records: those named with --through (what dlq replay replayed), --older-than, or --all."`
 }
 
 // dlqTopicFlags name the DLQ topic.
@@ -49,17 +50,14 @@ func (f dlqFilterFlags) filter() dlq.Filter {
 		Contains: f.Contains, OlderThan: f.OlderThan, NewerThan: f.NewerThan}
 }
 
-func (f dlqTopicFlags) read(env *runEnv) ([]dlq.Entry, error) {
-	c, err := dlq.NewReader(f.KafkaBrokers)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	es, err := dlq.Read(env.ctx, c, f.Topic)
+// scan calls fn with every record held by the DLQ topic (dlq.Scan: one at
+// a time); a topic that does not exist holds none.
+func (f dlqTopicFlags) scan(env *runEnv, r *kafka.Consumer, fn func(dlq.Entry) error) error {
+	err := dlq.Scan(env.ctx, r, f.Topic, fn)
 	if errors.Is(err, dlq.ErrNoTopic) {
-		return nil, nil // nothing was ever dead-lettered there
+		return nil // nothing was ever dead-lettered there
 	}
-	return es, err
+	return err
 }
 
 type dlqListCmd struct {
@@ -70,28 +68,40 @@ type dlqListCmd struct {
 }
 
 func (c *dlqListCmd) Run(env *runEnv) error {
-	all, err := c.read(env)
+	r, err := dlq.NewReader(c.KafkaBrokers)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	es := dlq.Select(all, c.filter(), now)
-	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		for _, e := range es {
-			if err := enc.Encode(entryJSON(e, false)); err != nil {
-				return err
-			}
+	defer r.Close()
+	now, f := time.Now(), c.filter()
+	enc := json.NewEncoder(os.Stdout)
+	held, s := 0, dlq.NewSummary()
+	var rows []dlq.Entry
+	err = c.scan(env, r, func(e dlq.Entry) error {
+		held++
+		if !f.Match(e, now) {
+			return nil
+		}
+		if c.JSON {
+			return enc.Encode(entryJSON(e, false))
+		}
+		s.Add(e)
+		if c.Limit == 0 || len(rows) < c.Limit {
+			e.Value = nil // the table shows no payload
+			rows = append(rows, e)
 		}
 		return nil
+	})
+	if err != nil || c.JSON {
+		return err
 	}
-	printList(os.Stdout, c.Topic, len(all), es, c.Limit, now)
+	printList(os.Stdout, c.Topic, held, s, rows, now)
 	return nil
 }
 
-// printList prints the summary and the table of es.
-func printList(w io.Writer, topic string, held int, es []dlq.Entry, limit int, now time.Time) {
-	s := dlq.Summarize(es)
+// printList prints the summary s of the records that match and the table
+// of rows, the first of them.
+func printList(w io.Writer, topic string, held int, s dlq.Summary, rows []dlq.Entry, now time.Time) {
 	fmt.Fprintf(w, "%s: %d records held, %d match\n", topic, held, s.Total)
 	if s.Total == 0 {
 		return
@@ -100,13 +110,12 @@ func printList(w io.Writer, topic string, held int, es []dlq.Entry, limit int, n
 	fmt.Fprintf(w, "by consumer: %s\nby class:    %s\nby type:     %s\n\n", counts(s.ByConsumer), counts(s.ByClass), counts(s.ByType))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POSITION\tAGE\tCONSUMER\tCLASS\tATTEMPTS\tTYPE\tEVENT ID\tKEY\tERROR")
-	for i, e := range es {
-		if limit > 0 && i == limit {
-			fmt.Fprintf(tw, "… %d more (raise --limit)\n", len(es)-limit)
-			break
-		}
+	for _, e := range rows {
 		fmt.Fprintf(tw, "%d:%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Partition, e.Offset, age(now, e.Timestamp), e.Consumer, e.Class,
 			e.Attempts, e.Type, e.EventID, e.Key, oneLine(e.Message, 100))
+	}
+	if more := s.Total - len(rows); more > 0 {
+		fmt.Fprintf(tw, "… %d more (raise --limit)\n", more)
 	}
 	tw.Flush()
 }
@@ -186,28 +195,41 @@ func (c *dlqShowCmd) Run(env *runEnv) error {
 	return nil
 }
 
-// selectOne finds records by position or event ID.
+// selectOne finds records by position (read at once) or event ID (a
+// scan).
 func selectOne(env *runEnv, t dlqTopicFlags, position, eventID string) ([]dlq.Entry, error) {
 	if (position == "") == (eventID == "") {
 		return nil, errors.New("give a position <partition>:<offset> or --event-id")
 	}
-	all, err := t.read(env)
+	r, err := dlq.NewReader(t.KafkaBrokers)
 	if err != nil {
 		return nil, err
 	}
+	defer r.Close()
 	var out []dlq.Entry
 	if eventID != "" {
-		out = dlq.Select(all, dlq.Filter{EventID: eventID}, time.Now())
+		f := dlq.Filter{EventID: eventID}
+		err = t.scan(env, r, func(e dlq.Entry) error {
+			if f.Match(e, time.Time{}) {
+				out = append(out, e)
+			}
+			return nil
+		})
 	} else {
 		_, p, o, ok := dlq.ParsePosition(position)
 		if !ok {
 			return nil, fmt.Errorf("position %q: want <partition>:<offset>", position)
 		}
-		for _, e := range all {
-			if e.Partition == p && e.Offset == o {
-				out = append(out, e)
-			}
+		var e dlq.Entry
+		e, err = dlq.ReadAt(env.ctx, r, t.Topic, p, o)
+		if errors.Is(err, dlq.ErrNoRecord) || errors.Is(err, dlq.ErrNoTopic) {
+			err = nil
+		} else if err == nil {
+			out = append(out, e)
 		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no such record in %s", t.Topic)
@@ -240,9 +262,26 @@ func printEntry(w io.Writer, e dlq.Entry, now time.Time) {
 type dlqReplayCmd struct {
 	dlqTopicFlags
 	dlqFilterFlags
-	Position string `arg:"" optional:"" help:"Replay only the record at <partition>:<offset>."`
-	All      bool   `name:"all" help:"Replay every record that matches (required when no position or filter is given)."`
-	DryRun   bool   `name:"dry-run" help:"Print what would be replayed and publish nothing."`
+	Position    string `arg:"" optional:"" help:"Replay only the record at <partition>:<offset>."`
+	All         bool   `name:"all" help:"Replay every record that matches (required when no position or filter is given)."`
+	DryRun      bool   `name:"dry-run" help:"Print what would be replayed and publish nothing."`
+	Purge       bool   `name:"purge" help:"Then purge, per partition, the records from the first held up to the first not replayed (each recorded in dlq_purged first)."`
+	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL, for --purge: each purged record is recorded in dlq_purged before it is deleted." default:"${database_url}"`
+}
+
+// replayed is what a replay did with the matching entries of one DLQ
+// partition: for each, in offset order, the entry that replays its event
+// (itself, or the newest entry of the same event).
+type replayed struct {
+	low     int64 // the partition's first held offset when it was read
+	offsets []int64
+	by      []dlqPos // by[i] replays offsets[i]
+}
+
+// dlqPos is a DLQ entry's partition and offset.
+type dlqPos struct {
+	partition int32
+	offset    int64
 }
 
 func (c *dlqReplayCmd) Run(env *runEnv) error {
@@ -250,63 +289,195 @@ func (c *dlqReplayCmd) Run(env *runEnv) error {
 	if c.Position == "" && f.IsZero() && !c.All {
 		return errors.New("say what to replay: a position <partition>:<offset>, filters (e.g. --event-id), or --all")
 	}
-	all, err := c.read(env)
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	es := dlq.Select(all, f, now)
+	match := func(e dlq.Entry, now time.Time) bool { return f.Match(e, now) }
 	if c.Position != "" {
 		_, p, o, ok := dlq.ParsePosition(c.Position)
 		if !ok {
 			return fmt.Errorf("position %q: want <partition>:<offset>", c.Position)
 		}
-		es = slices.DeleteFunc(es, func(e dlq.Entry) bool { return e.Partition != p || e.Offset != o })
+		match = func(e dlq.Entry, now time.Time) bool { return e.Partition == p && e.Offset == o && f.Match(e, now) }
 	}
-	selected := len(es)
-	es = dlq.Dedupe(es)
-	if len(es) == 0 {
+	r, err := dlq.NewReader(c.KafkaBrokers)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+
+	// First pass: which entry replays each matching event.
+	now := time.Now()
+	var newest dlq.Newest
+	held, selected := 0, 0
+	parts := map[int32]*replayed{}
+	err = c.scan(env, r, func(e dlq.Entry) error {
+		held++
+		if parts[e.Partition] == nil {
+			parts[e.Partition] = &replayed{low: e.Offset}
+		}
+		if match(e, now) {
+			selected++
+			newest.Add(e)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if selected == 0 {
 		return fmt.Errorf("no record in %s matches", c.Topic)
 	}
-	fmt.Fprintf(os.Stderr, "%d records match, %d distinct events to replay\n", selected, len(es))
-	if c.DryRun {
-		printList(os.Stdout, c.Topic, len(all), es, 0, now)
-		return nil
+
+	// Second pass: replay (or print) the entry that replays each event.
+	var tick func()
+	if !c.DryRun && selected > 1 {
+		bar := progressbar.NewOptions(selected, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("replaying"),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		tick = func() { _ = bar.Add(1) }
+		defer func() { _ = bar.Finish() }()
 	}
 	p, err := dlq.NewProducer(c.KafkaBrokers)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	var tick func()
-	if len(es) > 1 {
-		bar := progressbar.NewOptions(len(es), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("replaying"),
-			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-		tick = func() { _ = bar.Add(1) }
-		defer func() { _ = bar.Finish() }()
+	acked := map[dlqPos]bool{}
+	var failed []dlq.Result
+	rp := dlq.NewReplayer(p, now, func(res dlq.Result) {
+		if tick != nil {
+			tick()
+		}
+		if res.Err != nil {
+			failed = append(failed, res)
+			env.logger.Error("replay failed", "event_id", res.EventID, "order_id", string(res.Key), "dlq_position", res.Position(),
+				"topic", res.OriginalTopic, "err", res.Err)
+			return
+		}
+		acked[dlqPos{res.Partition, res.Offset}] = true
+		env.logger.Info("replayed", "event_id", res.EventID, "dlq_position", res.Position(), "topic", res.OriginalTopic)
+	})
+	s, replays := dlq.NewSummary(), 0
+	var rows []dlq.Entry
+	err = c.scan(env, r, func(e dlq.Entry) error {
+		if !match(e, now) {
+			return nil
+		}
+		if bp, bo, ok := newest.ReplayedBy(e); ok {
+			pr := parts[e.Partition]
+			pr.offsets = append(pr.offsets, e.Offset)
+			pr.by = append(pr.by, dlqPos{bp, bo})
+		}
+		if !newest.Replays(e) {
+			return nil
+		}
+		replays++
+		if c.DryRun {
+			s.Add(e)
+			e.Value = nil
+			rows = append(rows, e)
+			return nil
+		}
+		return rp.Add(env.ctx, e)
+	})
+	if err == nil {
+		err = rp.Wait(env.ctx)
 	}
-	n, err := dlq.Replay(env.ctx, p, es, now, tick)
-	for _, e := range es {
-		env.logger.Info("replayed", "event_id", e.EventID, "order_id", string(e.Key), "dlq_position", e.Position(), "topic", e.OriginalTopic)
+	fmt.Fprintf(os.Stderr, "%d records match, %d distinct events to replay\n", selected, replays)
+	if c.DryRun {
+		printList(os.Stdout, c.Topic, held, s, rows, now)
+		return err
 	}
-	fmt.Printf("replayed %d of %d records\n", n, len(es))
-	return err
+	fmt.Printf("replayed %d of %d events; %d failed\n", len(acked), replays, len(failed))
+	for i, res := range failed {
+		if i == 20 {
+			fmt.Printf("… %d more failures (see the log)\n", len(failed)-i)
+			break
+		}
+		fmt.Printf("  not replayed: %d:%d event %s: %v\n", res.Partition, res.Offset, res.EventID, res.Err)
+	}
+	if err != nil {
+		return err
+	}
+	through := coveredPrefix(parts, acked)
+	if len(through) > 0 && !c.Purge {
+		args := make([]string, 0, len(through))
+		for _, pid := range slices.Sorted(maps.Keys(through)) {
+			args = append(args, fmt.Sprintf("--through %d:%d", pid, through[pid]))
+		}
+		fmt.Printf("purge what was replayed with: eventforge dlq purge --topic %s %s --yes\n", c.Topic, strings.Join(args, " "))
+	}
+	if c.Purge && len(through) > 0 {
+		plans, err := dlq.PlanThrough(r, c.Topic, through)
+		if err != nil {
+			return err
+		}
+		if err := purge(env, r, c.Topic, c.DatabaseURL, plans); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d replays failed", len(failed), replays)
+	}
+	return nil
+}
+
+// coveredPrefix returns, per partition, the last offset of the run of
+// entries from its first held offset whose events were replayed (acked):
+// Kafka deletes prefixes only, so a purge of what was replayed stops at
+// the first entry that was not (not selected, or its replay failed).
+func coveredPrefix(parts map[int32]*replayed, acked map[dlqPos]bool) map[int32]int64 {
+	out := map[int32]int64{}
+	for pid, pr := range parts {
+		next := pr.low
+		for i, off := range pr.offsets {
+			if off != next || !acked[pr.by[i]] {
+				break
+			}
+			next = off + 1
+		}
+		if next > pr.low {
+			out[pid] = next - 1
+		}
+	}
+	return out
 }
 
 type dlqPurgeCmd struct {
 	dlqTopicFlags
 	DatabaseURL string        `name:"database-url" log:"url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"${database_url}"`
+	Through     []string      `name:"through" help:"Delete partition P's records up to and including offset O, given as P:O (repeatable; dlq replay prints them for what it replayed)."`
 	OlderThan   time.Duration `name:"older-than" help:"Delete only records older than this (per partition, up to its first newer record)."`
+	All         bool          `name:"all" help:"Delete every record held now."`
 	Yes         bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
 }
 
 func (c *dlqPurgeCmd) Run(env *runEnv) error {
+	named := 0
+	for _, b := range []bool{len(c.Through) > 0, c.OlderThan > 0, c.All} {
+		if b {
+			named++
+		}
+	}
+	if named != 1 {
+		return errors.New("say what to purge, one of: --through P:O (what dlq replay printed), --older-than, --all")
+	}
 	r, err := dlq.NewReader(c.KafkaBrokers)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	plans, err := dlq.PlanPurge(r, c.Topic, c.OlderThan, time.Now())
+	var plans []dlq.PurgePlan
+	if len(c.Through) > 0 {
+		through := map[int32]int64{}
+		for _, arg := range c.Through {
+			_, p, o, ok := dlq.ParsePosition(arg)
+			if !ok {
+				return fmt.Errorf("--through %q: want <partition>:<offset>", arg)
+			}
+			through[p] = o
+		}
+		plans, err = dlq.PlanThrough(r, c.Topic, through)
+	} else {
+		plans, err = dlq.PlanPurge(r, c.Topic, c.OlderThan, time.Now())
+	}
 	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
 		return err
 	}
@@ -322,20 +493,5 @@ func (c *dlqPurgeCmd) Run(env *runEnv) error {
 	if !c.Yes {
 		return fmt.Errorf("would delete %d records from %s: re-run with --yes", total, c.Topic)
 	}
-	if err := c.recordPurge(env, r, plans, total); err != nil {
-		return err
-	}
-	// Derived from the reader, so it shares its configuration (kafkaconf's
-	// --kafka-* TLS and SASL settings among them).
-	a, err := kafka.NewAdminClientFromConsumer(r)
-	if err != nil {
-		return fmt.Errorf("creating kafka admin client: %w", err)
-	}
-	defer a.Close()
-	if err := dlq.Purge(env.ctx, a, c.Topic, plans); err != nil {
-		return err
-	}
-	fmt.Printf("purged %d records from %s\n", total, c.Topic)
-	env.logger.Info("dlq purged", "dlq_topic", c.Topic, "records", total)
-	return nil
+	return purge(env, r, c.Topic, c.DatabaseURL, plans)
 }

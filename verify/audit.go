@@ -82,9 +82,10 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 
-	// 4. Kafka as stored: the topic and the DLQ; then the purge records. A
-	// purge records its dead letters before deleting them, so a dead letter
-	// missing from the DLQ read here has its purge record read after it.
+	// 4. Kafka as stored: the topic, the DLQ and the DLQ's low watermarks;
+	// then the purge records. A purge records its dead letters before
+	// deleting them, so a dead letter missing from the DLQ read here (or
+	// below a low watermark read here) has its purge record read after it.
 	records, err := a.kafka.ReadAll(ctx, a.cfg.Topic)
 	if err != nil {
 		return nil, err
@@ -93,8 +94,15 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	dlqLow, err := a.dlqLowWatermarks()
+	if err != nil {
+		return nil, err
+	}
 	purged, err := a.purged(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := a.checkDeparted(ctx, rep, dlqLow); err != nil {
 		return nil, err
 	}
 

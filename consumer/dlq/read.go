@@ -46,6 +46,13 @@ var ReaderSettings = kafka.ConfigMap{
 // dead-lettered to it (the consumers create it at start).
 var ErrNoTopic = errors.New("topic does not exist")
 
+// Watermarks returns the low and high watermark of every partition of
+// topic (ErrNoTopic wrapped when it does not exist): records below the low
+// one were deleted, by a purge or otherwise.
+func Watermarks(c *kafka.Consumer, topic string) (map[int32][2]int64, error) {
+	return watermarks(c, topic)
+}
+
 // watermarks returns the low and high watermark of every partition of topic.
 func watermarks(c *kafka.Consumer, topic string) (map[int32][2]int64, error) {
 	md, err := c.GetMetadata(&topic, false, 10000)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -143,7 +144,7 @@ func produceDeadLetters(t *testing.T, env *testenv.Env, topic string, first, n, 
 		rec.TopicPartition.Partition = int32(i % 6)
 		for {
 			err := p.Produce(rec, delivered)
-			if kerr, ok := err.(kafka.Error); ok && kerr.Code() == kafka.ErrQueueFull {
+			if kerr := (kafka.Error{}); errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
 				p.Flush(100)
 				continue
 			}

@@ -35,7 +35,9 @@ func TestConsumerDatabaseRefusesWrites(t *testing.T) {
 	}{
 		{"database read-only", func(t *testing.T, pl *pipeline) { setReadOnly(t, pl, true) }, func(t *testing.T, pl *pipeline) { setReadOnly(t, pl, false) }},
 		{"insert on processed_events revoked",
-			func(t *testing.T, pl *pipeline) { execAdmin(t, pl, `REVOKE INSERT ON processed_events FROM eventforge`) },
+			func(t *testing.T, pl *pipeline) {
+				execAdmin(t, pl, `REVOKE INSERT ON processed_events FROM eventforge`)
+			},
 			func(t *testing.T, pl *pipeline) { execAdmin(t, pl, `GRANT INSERT ON processed_events TO eventforge`) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) { testConsumerDatabaseRefusesWrites(t, tt.refuse, tt.heal) })

@@ -90,19 +90,8 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	dlqRecords, err := a.dlqRecords(ctx)
+	dlqRecords, purged, err := a.dlqState(ctx, rep)
 	if err != nil {
-		return nil, err
-	}
-	dlqLow, err := a.dlqLowWatermarks()
-	if err != nil {
-		return nil, err
-	}
-	purged, err := a.purged(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := a.checkDeparted(ctx, rep, dlqLow); err != nil {
 		return nil, err
 	}
 
@@ -126,6 +115,25 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 		rep.addEffects(name, eff)
 	}
 	return rep, nil
+}
+
+// dlqState reads the DLQ, its low watermarks, then the purge records (in
+// that order, see run), and counts the dead letters that left the DLQ
+// without a purge record (checkDeparted).
+func (a *auditor) dlqState(ctx context.Context, rep *Report) ([]kafkaread.Record, purgeRecords, error) {
+	dlqRecords, err := a.dlqRecords(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	low, err := a.dlqLowWatermarks()
+	if err != nil {
+		return nil, nil, err
+	}
+	purged, err := a.purged(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dlqRecords, purged, a.checkDeparted(ctx, rep, low)
 }
 
 // newReport is an empty report of a drained pipeline.

@@ -96,43 +96,7 @@ func Run(t *testing.T, name string, h engine.Handler) {
 			t.Fatal("the events left the database as it was before them; the suite compares nothing")
 		}
 	})
-	t.Run("probe tries what apply writes", func(t *testing.T) {
-		p, ok := h.(engine.Prober)
-		if !ok {
-			t.Fatalf("the handler of %s is no engine.Prober: the runtime's probe cannot find a database that refuses its writes for every event", name)
-		}
-		s := newSuite(t, name, h)
-		o := s.order()
-		before := s.state()
-		if err := s.inTx(p.Probe); err != nil {
-			t.Fatalf("probe on a database that applies events: %v", err)
-		}
-		if after := s.state(); after != before {
-			t.Fatalf("the probe changed the database from\n%s\nto\n%s", before, after)
-		}
-		// Without its privileges on a table, every event fails: so must
-		// the probe, or the runtime would dead-letter them all.
-		refused := 0
-		for _, table := range s.tables() {
-			if table == "processed_events" {
-				continue
-			}
-			s.exec(`REVOKE ALL ON ` + quoteIdent(table) + ` FROM CURRENT_USER`)
-			for _, ev := range []engine.Event{s.created(o), s.cancelled(o)} {
-				if err := s.inTx(func(ctx context.Context, tx pgx.Tx) error { return h.Apply(ctx, tx, ev) }); err == nil {
-					continue
-				}
-				refused++
-				if err := s.inTx(p.Probe); err == nil {
-					t.Errorf("%s fails without privileges on %s, and the probe succeeds", ev.Type, table)
-				}
-			}
-			s.exec(`GRANT ALL ON ` + quoteIdent(table) + ` TO CURRENT_USER`)
-		}
-		if refused == 0 {
-			t.Fatal("no table's privileges made an event fail; the suite compares nothing")
-		}
-	})
+	t.Run("probe tries what apply writes", func(t *testing.T) { probeTriesWhatApplyWrites(t, name, h) })
 	t.Run("redelivery changes nothing", func(t *testing.T) {
 		s := newSuite(t, name, h)
 		o := s.order()
@@ -157,6 +121,48 @@ func Run(t *testing.T, name string, h engine.Handler) {
 			t.Fatalf("redelivery after the cancel changed the database from\n%s\nto\n%s", afterCancel, got)
 		}
 	})
+}
+
+// probeTriesWhatApplyWrites: h is an engine.Prober whose Probe changes
+// nothing and fails wherever revoking the privileges on a table makes Apply
+// fail, so that the runtime's probe finds a database that refuses h's
+// writes for every event.
+func probeTriesWhatApplyWrites(t *testing.T, name string, h engine.Handler) {
+	p, ok := h.(engine.Prober)
+	if !ok {
+		t.Fatalf("the handler of %s is no engine.Prober: the runtime's probe cannot find a database that refuses its writes for every event", name)
+	}
+	s := newSuite(t, name, h)
+	o := s.order()
+	before := s.state()
+	if err := s.inTx(p.Probe); err != nil {
+		t.Fatalf("probe on a database that applies events: %v", err)
+	}
+	if after := s.state(); after != before {
+		t.Fatalf("the probe changed the database from\n%s\nto\n%s", before, after)
+	}
+	// Without its privileges on a table, every event fails: so must
+	// the probe, or the runtime would dead-letter them all.
+	refused := 0
+	for _, table := range s.tables() {
+		if table == "processed_events" {
+			continue
+		}
+		s.exec(`REVOKE ALL ON ` + quoteIdent(table) + ` FROM CURRENT_USER`)
+		for _, ev := range []engine.Event{s.created(o), s.cancelled(o)} {
+			if err := s.inTx(func(ctx context.Context, tx pgx.Tx) error { return h.Apply(ctx, tx, ev) }); err == nil {
+				continue
+			}
+			refused++
+			if err := s.inTx(p.Probe); err == nil {
+				t.Errorf("%s fails without privileges on %s, and the probe succeeds", ev.Type, table)
+			}
+		}
+		s.exec(`GRANT ALL ON ` + quoteIdent(table) + ` TO CURRENT_USER`)
+	}
+	if refused == 0 {
+		t.Fatal("no table's privileges made an event fail; the suite compares nothing")
+	}
 }
 
 // suite is one test's database and runtime.

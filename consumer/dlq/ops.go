@@ -186,7 +186,9 @@ type Ref struct {
 }
 
 // Position names the entry as "<topic>/<partition>/<offset>".
-func (r Ref) Position() string { return Entry{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}.Position() }
+func (r Ref) Position() string {
+	return Entry{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}.Position()
+}
 
 // RefOf returns e's Ref.
 func RefOf(e Entry) Ref {

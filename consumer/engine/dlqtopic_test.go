@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -57,9 +58,11 @@ func TestDLQTopicCannotExpire(t *testing.T) {
 				if e := dlq.Expiry(got[topic]); e != nil {
 					return fmt.Errorf("%s lets records expire: %v", topic, e)
 				}
-				var src, dst int
-				fmt.Sscan(got[env.Topic]["max.message.bytes"], &src)
-				fmt.Sscan(got[topic]["max.message.bytes"], &dst)
+				src, err1 := strconv.Atoi(got[env.Topic]["max.message.bytes"])
+				dst, err2 := strconv.Atoi(got[topic]["max.message.bytes"])
+				if err1 != nil || err2 != nil {
+					return fmt.Errorf("max.message.bytes of %s and %s: %v, %v", env.Topic, topic, err1, err2)
+				}
 				if dst < src+dlq.MessageHeadroom {
 					return fmt.Errorf("%s max.message.bytes %d, want at least %d + %d", topic, dst, src, dlq.MessageHeadroom)
 				}

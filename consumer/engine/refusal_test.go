@@ -152,15 +152,7 @@ func testRefusingDatabaseWaits(t *testing.T, tt refusal) {
 	tt.heal(t, env)
 	h.waitCommitted(t)
 
-	effects := h.effects(t)
-	for _, r := range recs {
-		if got := effects[r.key]; len(got) != 1 || got[0] != r.payload {
-			t.Errorf("record %s applied as %v, want once", r.key, got)
-		}
-	}
-	if n := h.marks(t); n != len(recs) {
-		t.Errorf("%d marks, want %d", n, len(recs))
-	}
+	h.wantAppliedOnce(t, recs)
 	if g := gaugeValue(unavailablePartitions.WithLabelValues(h.name)); g != 0 {
 		t.Errorf("%v partitions still shown waiting after the database was healed", g)
 	}

@@ -122,15 +122,7 @@ func TestUnavailableDatabaseWaits(t *testing.T) {
 	bh.Unblock()
 	h.waitCommitted(t)
 
-	effects := h.effects(t)
-	for _, r := range recs {
-		if got := effects[r.key]; len(got) != 1 || got[0] != r.payload {
-			t.Errorf("record %s applied as %v, want once", r.key, got)
-		}
-	}
-	if n := h.marks(t); n != len(recs) {
-		t.Errorf("%d marks, want %d", n, len(recs))
-	}
+	h.wantAppliedOnce(t, recs)
 	if es := readDLQ(t, env); len(es) != 0 {
 		t.Errorf("DLQ holds %d records, want none; first: %s %s", len(es), es[0].Class, es[0].Message)
 	}

@@ -1,13 +1,71 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
 )
+
+type dlqPurgeCmd struct {
+	dlqTopicFlags
+	DatabaseURL string        `name:"database-url" log:"url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"${database_url}"`
+	Through     []string      `name:"through" help:"Delete partition P's records up to and including offset O, given as P:O (repeatable; dlq replay prints them for what it replayed)."`
+	OlderThan   time.Duration `name:"older-than" help:"Delete only records older than this (per partition, up to its first newer record)."`
+	All         bool          `name:"all" help:"Delete every record held now."`
+	Yes         bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
+}
+
+func (c *dlqPurgeCmd) Run(env *runEnv) error {
+	named := 0
+	for _, b := range []bool{len(c.Through) > 0, c.OlderThan > 0, c.All} {
+		if b {
+			named++
+		}
+	}
+	if named != 1 {
+		return errors.New("say what to purge, one of: --through P:O (what dlq replay printed), --older-than, --all")
+	}
+	r, err := dlq.NewReader(c.KafkaBrokers)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var plans []dlq.PurgePlan
+	if len(c.Through) > 0 {
+		through := map[int32]int64{}
+		for _, arg := range c.Through {
+			_, p, o, ok := dlq.ParsePosition(arg)
+			if !ok {
+				return fmt.Errorf("--through %q: want <partition>:<offset>", arg)
+			}
+			through[p] = o
+		}
+		plans, err = dlq.PlanThrough(r, c.Topic, through)
+	} else {
+		plans, err = dlq.PlanPurge(r, c.Topic, c.OlderThan, time.Now())
+	}
+	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
+		return err
+	}
+	var total int64
+	for _, pl := range plans {
+		total += pl.To - pl.Low
+		fmt.Printf("partition %d: offsets %d..%d (%d records)\n", pl.Partition, pl.Low, pl.To-1, pl.To-pl.Low)
+	}
+	if total == 0 {
+		fmt.Printf("%s: nothing to purge\n", c.Topic)
+		return nil
+	}
+	if !c.Yes {
+		return fmt.Errorf("would delete %d records from %s: re-run with --yes", total, c.Topic)
+	}
+	return purge(env, r, c.Topic, c.DatabaseURL, plans)
+}
 
 // purge deletes what plans name from topic: it first writes a dlq_purged
 // row for every record (dlq.RecordPlanned, streaming), so that `eventforge

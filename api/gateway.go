@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -27,6 +28,8 @@ func newGateway(ctx context.Context, grpcAddr string, selfTLS *tls.Config) (*run
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, rpc.RESTMarshaler()),
 		runtime.SetQueryParameterParser(rpc.QueryParser()),
 		runtime.WithIncomingHeaderMatcher(forwardHeader),
+		runtime.WithOutgoingHeaderMatcher(answerHeader),
+		runtime.WithErrorHandler(answerError),
 	)
 	if err := eventforgev1.RegisterOrderServiceHandler(ctx, gw, conn); err != nil {
 		conn.Close()
@@ -44,4 +47,25 @@ func forwardHeader(key string) (string, bool) {
 		return k, true
 	}
 	return runtime.DefaultHeaderMatcher(key)
+}
+
+// answerHeader passes the gRPC server's response metadata on as
+// Grpc-Metadata-* headers, as the gateway does by default, except gRPC's
+// own content-type, which says nothing about the REST answer.
+func answerHeader(key string) (string, bool) {
+	if strings.EqualFold(key, "content-type") {
+		return "", false
+	}
+	return runtime.MetadataHeaderPrefix + key, true
+}
+
+// answerError writes an error as the gateway does, except that a request
+// body the decoder refused is answered with the refusal it recorded
+// (rpc.BodyFault): the gateway itself keeps only its text, without the
+// field violation.
+func answerError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if st := rpc.BodyFault(r.Body); st != nil {
+		err = st.Err()
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -70,11 +71,11 @@ func logRequests(logger *slog.Logger) grpc.UnaryServerInterceptor {
 			slog.String("code", code.String()),
 			slog.Duration("duration", time.Since(start)),
 		}
-		if id := orderIDOf(req, resp); id != "" {
+		if id := orderIDOf(req, resp, err); id != "" {
 			attrs = append(attrs, slog.String("order_id", id))
 		}
 		level := slog.LevelInfo
-		if code == codes.Internal || code == codes.Unavailable || code == codes.DeadlineExceeded {
+		if code == codes.Internal || code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Unknown {
 			level = slog.LevelWarn
 		}
 		logger.LogAttrs(ctx, level, "rpc", attrs...)
@@ -82,10 +83,16 @@ func logRequests(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
-// orderIDOf returns the order ID a response or request carries.
-func orderIDOf(req, resp any) string {
+// orderIDOf returns the order ID a response, an error (the ErrorInfo of a
+// failed create or cancel) or a request carries.
+func orderIDOf(req, resp any, err error) string {
 	if r, ok := resp.(interface{ GetOrder() *eventforgev1.Order }); ok && r.GetOrder() != nil {
 		return r.GetOrder().GetOrderId()
+	}
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == rpc.ErrorDomain && info.GetMetadata()[rpc.MetadataOrderID] != "" {
+			return info.GetMetadata()[rpc.MetadataOrderID]
+		}
 	}
 	if r, ok := req.(interface{ GetOrderId() string }); ok {
 		return r.GetOrderId()

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 )
@@ -67,10 +68,10 @@ func TestHealthReflectionOpenAPI(t *testing.T) {
 		method, path string
 		errors       []string
 	}{
-		{"post", "/v1/orders", []string{"400", "409", "413", "500", "503", "504"}},
-		{"get", "/v1/orders", []string{"400", "500", "503", "504"}},
-		{"get", "/v1/orders/{order_id}", []string{"400", "404", "500", "503", "504"}},
-		{"post", "/v1/orders/{order_id}:cancel", []string{"400", "404", "413", "500", "503", "504"}},
+		{"post", "/v1/orders", []string{"400", "409", "413", "414", "415", "431", "500", "503", "504"}},
+		{"get", "/v1/orders", []string{"400", "414", "431", "500", "503", "504"}},
+		{"get", "/v1/orders/{order_id}", []string{"400", "404", "414", "431", "500", "503", "504"}},
+		{"post", "/v1/orders/{order_id}:cancel", []string{"400", "404", "413", "414", "415", "431", "500", "503", "504"}},
 	}
 	ops := 0
 	for _, p := range spec.Paths {
@@ -153,6 +154,9 @@ func TestDatabaseDown(t *testing.T) {
 		if r.Status != http.StatusServiceUnavailable || list.Status != http.StatusServiceUnavailable {
 			t.Errorf("REST create %d, list %d; want 503: %s", r.Status, list.Status, r.Raw)
 		}
+		if errorReason(r.Body) != rpc.ReasonNotWritten {
+			t.Errorf("REST create answered reason %q, want %s: %s", errorReason(r.Body), rpc.ReasonNotWritten, r.Raw)
+		}
 		if strings.Contains(r.Raw, "accepting connections") || strings.Contains(r.Raw, "SQLSTATE") {
 			t.Errorf("database error text reached the client: %s", r.Raw)
 		}
@@ -179,8 +183,10 @@ func TestDatabaseDown(t *testing.T) {
 		if err := <-terminated; err != nil {
 			t.Fatal(err)
 		}
-		if r.Status != http.StatusServiceUnavailable {
-			t.Fatalf("status %d, want 503: %s", r.Status, r.Raw)
+		// The COMMIT was sent on a dead connection: the api found the
+		// transaction rolled back and says so.
+		if r.Status != http.StatusServiceUnavailable || errorReason(r.Body) != rpc.ReasonNotWritten {
+			t.Fatalf("status %d, reason %q; want 503 with %s: %s", r.Status, errorReason(r.Body), rpc.ReasonNotWritten, r.Raw)
 		}
 		if c := counts(t, env); c != (rowCounts{}) {
 			t.Fatalf("partial write: %+v", c)

@@ -23,6 +23,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/internal/testkit"
@@ -238,6 +239,20 @@ func restFields(body map[string]any) []string {
 		}
 	}
 	return fields
+}
+
+// errorReason returns the reason of the eventforge.v1 google.rpc.ErrorInfo
+// detail of a REST error ("" without one).
+func errorReason(body map[string]any) string {
+	details, _ := body["details"].([]any)
+	for _, d := range details {
+		dm, _ := d.(map[string]any)
+		if dm["@type"] == "type.googleapis.com/google.rpc.ErrorInfo" && dm["domain"] == rpc.ErrorDomain {
+			r, _ := dm["reason"].(string)
+			return r
+		}
+	}
+	return ""
 }
 
 // grpcFields lists the fields named by the BadRequest detail of a status.

@@ -1,12 +1,12 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -36,7 +36,7 @@ func newHTTPServer(cfg Config, st *store.Store, gw http.Handler, logger *slog.Lo
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", tracing.HTTPHandler(routes.allowMethods(routes.requireUTF8(limitBody(gw, MaxRequestBytes, logger))), "rest"))
+	mux.Handle("/v1/", tracing.HTTPHandler(routes.allowMethods(routes.requireUTF8(routes.checkQuery(limitBody(gw, MaxRequestBytes, logger)))), "rest"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
@@ -61,7 +61,8 @@ func newHTTPServer(cfg Config, st *store.Store, gw http.Handler, logger *slog.Lo
 		mux.Handle(pattern, h)
 	}
 	return &http.Server{
-		Handler:           mux,
+		Handler:           limitHeaders(mux),
+		MaxHeaderBytes:    serverHeaderBytes,
 		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
@@ -69,10 +70,46 @@ func newHTTPServer(cfg Config, st *store.Store, gw http.Handler, logger *slog.Lo
 	}, nil
 }
 
+// Bounds of a request's head. A URL longer than MaxURLBytes is answered 414
+// and a request line and headers of more than MaxHeaderBytes 431, each with
+// a google.rpc.Status body. Only a head beyond serverHeaderBytes, which the
+// HTTP server refuses before any handler sees it, gets its plain-text 431.
+const (
+	MaxURLBytes       = 8 << 10
+	MaxHeaderBytes    = 64 << 10
+	serverHeaderBytes = 4 << 20
+)
+
+// limitHeaders answers a request whose URL or head is larger than
+// MaxURLBytes or MaxHeaderBytes with 414 or 431 and a google.rpc.Status.
+func limitHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := len(r.RequestURI); n > MaxURLBytes {
+			writeStatus(w, http.StatusRequestURITooLong, status.New(codes.InvalidArgument,
+				fmt.Sprintf("the URL is %d bytes long; at most %d are read", n, MaxURLBytes)))
+			return
+		}
+		n := len(r.Method) + len(r.RequestURI) + len(r.Proto)
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4 // ": " and CRLF
+			}
+		}
+		if n > MaxHeaderBytes {
+			writeStatus(w, http.StatusRequestHeaderFieldsTooLarge, status.New(codes.InvalidArgument,
+				fmt.Sprintf("the request line and headers are %d bytes long; at most %d are read", n, MaxHeaderBytes)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // limitBody refuses request bodies larger than limit with 413 and a
-// google.rpc.Status body, and a body not received within the server's read
-// timeout with 408; the gateway then decodes the buffered body. It also
-// refuses with 400 an Idempotency-Key the gateway could not forward.
+// google.rpc.Status body, a body not received within the server's read
+// timeout with 408, and a body that is not JSON (Content-Type
+// application/json, in UTF-8 if a charset is named) with 415; the gateway
+// then decodes the buffered body (rpc.RequestBody). It also refuses with
+// 400 an Idempotency-Key the gateway could not forward.
 func limitBody(next http.Handler, limit int64, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
@@ -105,10 +142,27 @@ func limitBody(next http.Handler, limit int64, logger *slog.Logger) http.Handler
 				tooLarge(w, r, limit, logger)
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			if len(body) > 0 && !isJSON(r.Header.Get("Content-Type")) {
+				w.Header().Set("Accept", "application/json")
+				writeStatus(w, http.StatusUnsupportedMediaType, status.New(codes.InvalidArgument,
+					"the request body must be JSON: Content-Type application/json (UTF-8)"))
+				return
+			}
+			r.Body = rpc.NewRequestBody(body)
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isJSON reports whether a Content-Type names JSON in UTF-8:
+// application/json, with no charset or charset utf-8.
+func isJSON(contentType string) bool {
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mediaType != "application/json" {
+		return false
+	}
+	charset, ok := params["charset"]
+	return !ok || strings.EqualFold(charset, "utf-8")
 }
 
 func tooLarge(w http.ResponseWriter, r *http.Request, limit int64, logger *slog.Logger) {

@@ -88,12 +88,14 @@ type Config struct {
 	// transaction below which every outbox row is published; after a lost
 	// slot, rows from there on are republished.
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"How often to record which outbox rows are published (bounds what a lost slot republishes)." default:"10s"`
-	// SynchronizedStandbySlots (PostgreSQL 15 and 16) are physical slots
-	// of standbys on the primary; a transaction's events are produced only
-	// once every one of them flushed its commit, so a promoted standby has
-	// every order whose event was published (standbys.go). PostgreSQL 17
-	// does this itself with synchronized_standby_slots.
-	SynchronizedStandbySlots []string `name:"synchronized-standby-slots" help:"Physical slots of standbys (PostgreSQL 15/16): publish a transaction only once they flushed its commit, so a promoted standby has every published order (17+: set synchronized_standby_slots on the server instead)." sep:","`
+	// SynchronizedStandbySlots are physical slots of standbys on the
+	// primary; a transaction's events are produced only once every one of
+	// them flushed its commit, so a promoted standby has every order whose
+	// event was published (standbys.go). PostgreSQL 17 does this itself
+	// with synchronized_standby_slots. NoStandbyWait ("none") publishes
+	// without waiting; left empty on a server with standbys and nothing
+	// that holds the relay back, the reader refuses to publish.
+	SynchronizedStandbySlots []string `name:"synchronized-standby-slots" help:"Physical slots of standbys: publish a transaction only once they flushed its commit, so a promoted standby has every published order (17+: or synchronized_standby_slots on the server). 'none' publishes without waiting (a failover can leave events of orders the new primary lacks); unset, the reader refuses to publish on a server with standbys." sep:","`
 	// ProducerSettings are librdkafka properties for the reader's producer
 	// (e.g. request.timeout.ms, socket.timeout.ms), applied after the
 	// reader's own; the properties the delivery contract rests on
@@ -105,13 +107,30 @@ type Config struct {
 // producer that --kafka-producer-setting may not change: idempotence and
 // acks (no loss, no duplicate within a session), the infinite message
 // timeout (no gap in a partition's sequence, see docs/cdc.md), retries and
-// in-flight requests (ordering), the queue sizes derived from the in-flight
-// bounds, the connection and the Go channels.
+// in-flight requests (ordering), the partitioner (an order's records in one
+// partition, the same one the replay commands choose), the queue sizes
+// derived from the in-flight bounds, the connection and the Go channels.
 var ProtectedProducerSettings = []string{
 	"enable.idempotence", "acks", "request.required.acks", "message.timeout.ms", "delivery.timeout.ms",
 	"retries", "message.send.max.retries", "max.in.flight", "max.in.flight.requests.per.connection",
-	"enable.gapless.guarantee", "transactional.id", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+	"enable.gapless.guarantee", "transactional.id", "queue.buffering.max.messages", "queue.buffering.max.kbytes", "partitioner",
 	"bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",
+}
+
+// NoStandbyWait, as --synchronized-standby-slots, publishes without waiting
+// for standbys.
+const NoStandbyWait = "none"
+
+// waitsForStandbys reports whether the reader holds a transaction's events
+// until the standby slots flushed its commit.
+func (c Config) waitsForStandbys() bool {
+	return len(c.SynchronizedStandbySlots) > 0 && !c.noStandbyWait()
+}
+
+// noStandbyWait reports whether the operator chose to publish without
+// waiting for standbys.
+func (c Config) noStandbyWait() bool {
+	return len(c.SynchronizedStandbySlots) == 1 && c.SynchronizedStandbySlots[0] == NoStandbyWait
 }
 
 // DefaultConfig returns the configuration the flags default to.
@@ -172,6 +191,9 @@ func (c Config) Validate() error {
 	}
 	if c.StatusInterval <= 0 || c.ConfirmInterval <= 0 || c.FlushTimeout <= 0 || c.MaxBackoff <= 0 || c.HeartbeatInterval <= 0 || c.StandbyRetry <= 0 || c.UnhealthyAfter <= 0 {
 		errs = append(errs, errors.New("status-interval, confirm-interval, flush-timeout, max-backoff, heartbeat-interval, standby-retry and unhealthy-after must be positive"))
+	}
+	if len(c.SynchronizedStandbySlots) > 1 && slices.Contains(c.SynchronizedStandbySlots, NoStandbyWait) {
+		errs = append(errs, fmt.Errorf("synchronized-standby-slots %v: %q stands alone", c.SynchronizedStandbySlots, NoStandbyWait))
 	}
 	if c.MaxInflightEvents < 1 || c.MaxInflightBytes < 1 {
 		errs = append(errs, errors.New("max-inflight-events and max-inflight-bytes must be at least 1"))

@@ -132,15 +132,24 @@ func deadLetterCode(err error) string {
 // deadLetter writes ev, whose event of size bytes was added to the current
 // transaction, to the dead-letter place, then counts it as settled.
 func (s *session) deadLetter(ctx context.Context, ev *decode.Event, lsn pglogrepl.LSN, size int, cause error) error {
-	topic := publish.Router{Topics: s.cfg.Topics, Fallback: s.cfg.TopicFallback}.Topic(ev.AggregateType)
-	if err := s.dead.write(ctx, deadLetter{ev: ev, topic: topic, lsn: lsn, cause: cause}); err != nil {
+	if err := s.storeDeadLetter(ctx, s.dead, ev, lsn, cause); err != nil {
 		s.tracker.Release(s.curTx, size)
 		return err
 	}
 	s.tracker.Ack(s.curTx, size)
 	s.suspects.remove(ev.ID)
-	s.m.deadLettered.Inc()
-	s.logger.Error("event dead-lettered: Kafka can never accept it as it is; replay it with `eventforge outbox dead-letters replay` once the cause is fixed",
+	return nil
+}
+
+// storeDeadLetter writes ev, refused for cause, with w; once it returned nil
+// the event may count as settled. It counts and logs the dead letter.
+func (r *reader) storeDeadLetter(ctx context.Context, w deadLetterWriter, ev *decode.Event, lsn pglogrepl.LSN, cause error) error {
+	topic := publish.Router{Topics: r.cfg.Topics, Fallback: r.cfg.TopicFallback}.Topic(ev.AggregateType)
+	if err := w.write(ctx, deadLetter{ev: ev, topic: topic, lsn: lsn, cause: cause}); err != nil {
+		return err
+	}
+	r.m.deadLettered.Inc()
+	r.logger.Error("event dead-lettered: Kafka can never accept it as it is; replay it with `eventforge outbox dead-letters replay` once the cause is fixed",
 		"event_id", ev.ID, "order_id", ev.AggregateID, "topic", topic, "lsn", lsn.String(), "err", cause)
 	return nil
 }
@@ -155,7 +164,7 @@ func (s *session) publishAlone(ctx context.Context, ev *decode.Event, lsn pglogr
 	s.logger.Info("producing a suspect event alone", "event_id", ev.ID, "lsn", lsn.String())
 	done := make(chan error, 1)
 	s.tracker.Add(s.curTx, size)
-	err := s.pub.Publish(ctx, ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size, alone: done})
+	err := s.pub.Publish(ctx, ev, s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size, alone: done})
 	if err == nil {
 		var outcome error
 		err = s.drain(ctx, func() bool {

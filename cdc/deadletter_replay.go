@@ -152,7 +152,7 @@ func ReplayDeadLetters(ctx context.Context, cfg DeadLetterReplayConfig, logger *
 			mu.Unlock()
 			continue
 		}
-		if err := pub.PublishTo(ctx, &x.ev, x.topic, x.ev.ID); err != nil {
+		if err := pub.PublishTo(ctx, &x.ev, x.topic, nil, x.ev.ID); err != nil {
 			mu.Lock()
 			failures = append(failures, err)
 			mu.Unlock()

@@ -54,7 +54,7 @@ type outcomeProducer struct {
 	alone   []string // event IDs produced with nothing else in flight
 }
 
-func (p *outcomeProducer) Publish(_ context.Context, _ *decode.Event, opaque any) error {
+func (p *outcomeProducer) Publish(_ context.Context, _ *decode.Event, _, opaque any) error {
 	if p.sync != nil {
 		return p.sync
 	}

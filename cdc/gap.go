@@ -212,6 +212,9 @@ func describeFrom(publishedBelow *int64) string {
 // recovers a gap, adopts a slot that has no checkpoint yet, and returns the
 // slot as it is now. The confirm limit is loaded from the checkpoint.
 func (r *reader) prepareSlot(ctx context.Context, ctl *control) (slotCheck, error) {
+	if err := r.checkStandbyWait(ctx, ctl); err != nil {
+		return slotCheck{}, err
+	}
 	st, err := readSlotCheck(ctx, ctl, r.cfg.Slot)
 	if err != nil {
 		return slotCheck{}, err
@@ -228,8 +231,13 @@ func (r *reader) prepareSlot(ctx context.Context, ctl *control) (slotCheck, erro
 	case reason != "" && r.cfg.NoCreateSlot && !st.exists && !cp.found:
 		return slotCheck{}, permanent("replication slot %q does not exist (and --no-create-slot is set); run `eventforge migrate`", r.cfg.Slot)
 	case reason != "" && r.cfg.NoCreateSlot:
+		// Not a reason to exit: the reader retries, and streams once a
+		// reader without the flag has recovered the gap (docs/operations.md,
+		// "A gap under --no-create-slot").
 		r.m.gap.Set(1)
-		return slotCheck{}, permanent("%w: %s; --no-create-slot is set, so the reader does not recreate it. Run `eventforge cdc` once without --no-create-slot: it recreates slot %q and republishes %s before it streams",
+		r.logger.Error("replication slot gap, and --no-create-slot is set: nothing is published until a reader without the flag recovers it",
+			"reason", reason, "republish", describeFrom(cp.publishedBelow))
+		return slotCheck{}, fmt.Errorf("%w: %s; --no-create-slot is set, so the reader does not recreate slot %q. Run one reader without --no-create-slot: it recreates the slot and republishes %s before it streams",
 			errGapRefused, reason, r.cfg.Slot, describeFrom(cp.publishedBelow))
 	case reason != "":
 		if err := r.recoverGap(ctx, ctl, reason, st, cp); err != nil {

@@ -68,7 +68,14 @@ type leaderHealth struct {
 // the running session's tracker, if any.
 func (l *leaderHealth) check(now time.Time, prog *progress) error {
 	attached, stalled := prog.state(now, l.after)
+	waited, blockers := prog.creating(now)
 	switch {
+	case waited >= l.after:
+		if blockers == "" {
+			blockers = "none found yet"
+		}
+		return fmt.Errorf("%w: creating the replication slot has waited %s for transactions that hold a transaction ID to end (%s)",
+			errUnhealthy, waited.Round(time.Second), blockers)
 	case stalled:
 		return fmt.Errorf("%w: events waited %s for Kafka's acknowledgement and none was acknowledged", errUnhealthy, l.after)
 	case attached:

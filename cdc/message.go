@@ -112,7 +112,7 @@ func (s *session) insert(ctx context.Context, ev *decode.Event, walStart pglogre
 		}
 	default:
 		s.tracker.Add(s.curTx, size)
-		if err := s.pub.Publish(ctx, ev, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
+		if err := s.pub.Publish(ctx, ev, s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
 			if publish.Permanent(err) {
 				// Produce refused this record by itself.
 				if err := s.deadLetter(ctx, ev, walStart, size, err); err != nil {

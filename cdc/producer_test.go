@@ -42,7 +42,7 @@ func TestProducerNeverTimesOutYetCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := &decode.Event{ID: "0195f5a8-0000-7000-8000-000000000001", AggregateType: contract.AggregateOrder, AggregateID: "o1", Type: contract.TypeOrderCreated, Payload: []byte(`{}`)}
-	if err := pub.Publish(context.Background(), ev, nil); err != nil {
+	if err := pub.Publish(context.Background(), ev, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Many request timeouts later, the record is still waiting.

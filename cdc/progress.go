@@ -18,6 +18,35 @@ type progress struct {
 	// recovering is set while a gap recovery republishes: the leader is
 	// publishing although no session streams.
 	recovering bool
+	// creatingSince is when the recovery began to create its slot (zero
+	// when it does not), and blockers what it waits for, as last read.
+	creatingSince time.Time
+	blockers      string
+}
+
+// setCreating marks the recovery's slot creation begun (at) or ended (zero).
+func (p *progress) setCreating(at time.Time) {
+	p.mu.Lock()
+	p.creatingSince, p.blockers = at, ""
+	p.mu.Unlock()
+}
+
+// setBlockers records what the slot creation waits for.
+func (p *progress) setBlockers(b string) {
+	p.mu.Lock()
+	p.blockers = b
+	p.mu.Unlock()
+}
+
+// creating returns how long the recovery's slot creation has waited at
+// now, and what for.
+func (p *progress) creating(now time.Time) (time.Duration, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.creatingSince.IsZero() {
+		return 0, ""
+	}
+	return now.Sub(p.creatingSince), p.blockers
 }
 
 // setRecovering marks a gap recovery running or ended.

@@ -7,32 +7,14 @@ import (
 	"maps"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/eventforge/eventforge/cdc/decode"
-	"github.com/eventforge/eventforge/cdc/publish"
 	"github.com/eventforge/eventforge/schema"
 )
-
-// gapRowsStatement selects the outbox rows a recovery republishes: those
-// inserted by a transaction at or above $1 (all rows when $1 is NULL), in
-// transaction order, then creation order. The row's 32-bit xmin is widened
-// against the snapshot's xmax as retention.go explains.
-const gapRowsStatement = `WITH ref AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x),
-rows AS (
-	SELECT o.id::text AS id, o.aggregatetype, o.aggregateid, o.type, o.payload::text AS payload, o.headers::text AS headers,
-		o.created_at::text AS created_at, o.created_at AS created_ts,
-		ref.x - ((ref.x %% 4294967296) - o.xmin::text::bigint + 4294967296) %% 4294967296 AS xid
-	FROM %s o, ref)
-SELECT id, aggregatetype, aggregateid, type, payload, headers, created_at FROM rows
-WHERE $1::bigint IS NULL OR xid >= $1
-ORDER BY xid, created_ts, id`
 
 // recoverGap closes a gap (gap.go): it replaces the slot with a new one that
 // exports its snapshot, republishes the snapshot's outbox rows from the
@@ -63,7 +45,7 @@ func (r *reader) recoverGap(ctx context.Context, ctl *control, reason string, st
 		return err
 	}
 	defer rconn.Close(context.WithoutCancel(ctx))
-	created, err := createSlotExportingSnapshot(ctx, rconn, r.cfg.Slot)
+	created, err := r.createRecoverySlot(ctx, ctl, rconn)
 	if err != nil {
 		return err
 	}
@@ -74,7 +56,7 @@ func (r *reader) recoverGap(ctx context.Context, ctl *control, reason string, st
 	r.logger.Info("replication slot created for the recovery", "lsn", start.String(), "snapshot", created.SnapshotName)
 
 	began := time.Now()
-	n, snapXmin, err := r.republishSnapshot(ctx, created.SnapshotName, cp.publishedBelow)
+	n, snapXmin, err := r.republishSnapshot(ctx, ctl, created.SnapshotName, cp.publishedBelow, start)
 	if err != nil {
 		return fmt.Errorf("republishing the gap: %w", err)
 	}
@@ -97,6 +79,53 @@ func (r *reader) recoverGap(ctx context.Context, ctl *control, reason string, st
 	r.logger.Warn("replication slot gap recovered: republished outbox rows with their original event IDs; consumers skip the ones they applied",
 		"events", n, "slot_lsn", start.String(), "took", time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// createRecoverySlot creates the recovery's slot. Creating a logical slot
+// waits until every transaction that held a transaction ID when it began
+// has ended, anywhere in the cluster: a prepared transaction nobody
+// resolves, or a session idle in a transaction, holds the recovery — and
+// every order — until it ends. Meanwhile the reader logs what it waits for
+// every checkpoint interval, and the leader's health (health.go) turns
+// unhealthy, naming them, once it waited --unhealthy-after.
+func (r *reader) createRecoverySlot(ctx context.Context, ctl *control, rconn *pgconn.PgConn) (pglogrepl.CreateReplicationSlotResult, error) {
+	began := time.Now()
+	r.prog.setCreating(began)
+	defer r.prog.setCreating(time.Time{})
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		t := time.NewTicker(r.cfg.CheckpointInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			b, err := slotCreationBlockers(wctx, ctl, began)
+			if err != nil || wctx.Err() != nil {
+				continue
+			}
+			r.prog.setBlockers(b)
+			r.logger.Warn("creating the replication slot waits for transactions that hold a transaction ID to end", "waited", time.Since(began).Round(time.Second), "blockers", b)
+		}
+	}()
+	return createSlotExportingSnapshot(ctx, rconn, r.cfg.Slot)
+}
+
+// slotCreationBlockers describes the transactions that held a transaction
+// ID before since: prepared transactions and sessions in a transaction.
+func slotCreationBlockers(ctx context.Context, ctl *control, since time.Time) (string, error) {
+	var b string
+	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT coalesce(string_agg(x, '; '), '') FROM (
+			SELECT format('prepared transaction %L since %s', gid, prepared) AS x FROM pg_prepared_xacts WHERE prepared < $1
+			UNION ALL
+			SELECT format('pid %s (%s, %s) in a transaction since %s', pid, coalesce(nullif(application_name, ''), 'no application_name'), state, xact_start)
+			FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND xact_start < $1) s`, since).Scan(&b)
+	})
+	return b, err
 }
 
 // replicationConn opens a replication connection to the database.
@@ -158,83 +187,6 @@ func serverVersion(conn *pgconn.PgConn) int {
 	return m*10000 + n
 }
 
-// republishSnapshot publishes, within the exported snapshot, every outbox
-// row inserted by a transaction at or above from (every row when from is
-// nil), waits for Kafka to acknowledge all of them, and returns how many it
-// published and the snapshot's xmin: every transaction below it is in the
-// snapshot, so its rows are now published.
-func (r *reader) republishSnapshot(ctx context.Context, snapshot string, from *int64) (int64, int64, error) {
-	conn, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
-	if err != nil {
-		return 0, 0, fmt.Errorf("connecting to postgres: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return 0, 0, fmt.Errorf("beginning the snapshot transaction: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT `+quoteLiteral(snapshot)); err != nil {
-		return 0, 0, fmt.Errorf("importing snapshot %s: %w", snapshot, err)
-	}
-	var xmin int64
-	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
-		return 0, 0, fmt.Errorf("reading the snapshot's xmin: %w", err)
-	}
-
-	var (
-		acked    atomic.Int64
-		failMu   sync.Mutex
-		failed   error
-		inflight = make(chan struct{}, r.cfg.MaxInflightEvents)
-	)
-	pub, err := publish.New(publish.Options{
-		Bootstrap: r.cfg.KafkaBrokers,
-		ClientID:  "eventforge-cdc-recovery",
-		Router:    publish.Router{Topics: r.cfg.Topics, Fallback: r.cfg.TopicFallback},
-		Extra:     producerSettings(r.cfg),
-	}, r.logger, func(opaque any, err error) {
-		<-inflight
-		if err != nil {
-			failMu.Lock()
-			if failed == nil {
-				failed = fmt.Errorf("delivering event %s: %w", opaque.(string), err)
-			}
-			failMu.Unlock()
-			return
-		}
-		acked.Add(1)
-		r.m.published.Inc()
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			pub.Close(0)
-		}
-	}()
-
-	sent, err := r.publishGapRows(ctx, tx, from, pub, inflight)
-	if err != nil {
-		return 0, 0, err
-	}
-	closed = true
-	if left := pub.Close(r.cfg.FlushTimeout); left > 0 {
-		return 0, 0, fmt.Errorf("%d of %d records not acknowledged within %s", left, sent, r.cfg.FlushTimeout)
-	}
-	failMu.Lock()
-	defer failMu.Unlock()
-	if failed != nil {
-		return 0, 0, failed
-	}
-	if got := acked.Load(); got != sent {
-		return 0, 0, fmt.Errorf("%d of %d records acknowledged", got, sent)
-	}
-	return sent, xmin, nil
-}
-
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
@@ -242,44 +194,3 @@ func quoteLiteral(s string) string {
 
 // errGapRefused means a gap was found and the reader may not create a slot.
 var errGapRefused = errors.New("replication slot gap")
-
-// publishGapRows hands pub every outbox row of the snapshot transaction tx
-// after from, holding a slot of inflight per record until its delivery
-// report; it returns how many it handed over.
-func (r *reader) publishGapRows(ctx context.Context, tx pgx.Tx, from *int64, pub *publish.Publisher, inflight chan struct{}) (int64, error) {
-	var sent int64
-	rows, err := tx.Query(ctx, fmt.Sprintf(gapRowsStatement, r.table.Sanitize()), from)
-	if err != nil {
-		return sent, fmt.Errorf("reading the outbox: %w", err)
-	}
-	for rows.Next() {
-		var ev decode.Event
-		var payload, headers string
-		if err := rows.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &payload, &headers, &ev.CreatedAt); err != nil {
-			rows.Close()
-			return sent, fmt.Errorf("reading an outbox row: %w", err)
-		}
-		ev.Payload = []byte(payload)
-		ev.HeadersJSON = headers
-		if ev.Headers, err = decode.ParseHeaders(ev.ID, headers); err != nil {
-			rows.Close()
-			return sent, err
-		}
-		select {
-		case inflight <- struct{}{}:
-		case <-ctx.Done():
-			rows.Close()
-			return sent, ctx.Err()
-		}
-		if err := pub.Publish(ctx, &ev, ev.ID); err != nil {
-			<-inflight
-			rows.Close()
-			return sent, err
-		}
-		sent++
-	}
-	if err := rows.Err(); err != nil {
-		return sent, fmt.Errorf("reading the outbox: %w", err)
-	}
-	return sent, nil
-}

@@ -91,7 +91,12 @@ func Replay(ctx context.Context, cfg ReplayConfig, logger *slog.Logger, progress
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	sel := newReplaySelection(cfg)
+	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
+	var withDeleted bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, deletedTable(pgx.Identifier{ns, table}).Sanitize()).Scan(&withDeleted); err != nil {
+		return ReplayResult{}, fmt.Errorf("looking up the table of deleted outbox rows: %w", err)
+	}
+	sel := newReplaySelection(cfg, withDeleted)
 	var res ReplayResult
 	if err := sel.count(ctx, conn, &res); err != nil {
 		return res, err
@@ -155,15 +160,22 @@ func Replay(ctx context.Context, cfg ReplayConfig, logger *slog.Logger, progress
 // replaySelection is the outbox rows a replay selects: by event ID, or by
 // creation time.
 type replaySelection struct {
-	from     string // the outbox table, sanitized
+	from     string // the outbox table, sanitized, or its union with its deleted rows
 	where    string
 	args     []any
 	eventIDs []string
 }
 
-func newReplaySelection(cfg ReplayConfig) replaySelection {
+// newReplaySelection selects from the outbox and, withDeleted, the rows its
+// writers deleted (republish.go), which a replay can republish as well.
+func newReplaySelection(cfg ReplayConfig, withDeleted bool) replaySelection {
 	ns, table, _ := strings.Cut(cfg.OutboxTable, ".")
-	from := pgx.Identifier{ns, table}.Sanitize()
+	outbox := pgx.Identifier{ns, table}
+	from := outbox.Sanitize()
+	if withDeleted {
+		const cols = `id, aggregatetype, aggregateid, type, payload, headers, created_at`
+		from = `(SELECT ` + cols + ` FROM ` + from + ` UNION ALL SELECT ` + cols + ` FROM ` + deletedTable(outbox).Sanitize() + `) o`
+	}
 	where, args := `created_at >= $1 AND created_at < $2`, []any{cfg.Since, cfg.Until}
 	if len(cfg.EventIDs) > 0 {
 		where, args = `id::text = ANY($1::text[])`, []any{cfg.EventIDs}
@@ -243,7 +255,7 @@ func (sel replaySelection) publish(ctx context.Context, conn *pgx.Conn, pub *pub
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			if err := pub.Publish(ctx, &events[i], events[i].ID); err != nil {
+			if err := pub.Publish(ctx, &events[i], nil, events[i].ID); err != nil {
 				<-inflight
 				return err
 			}

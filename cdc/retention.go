@@ -76,25 +76,40 @@ DELETE FROM %[1]s WHERE id IN (
 
 // pruneOutbox deletes outbox rows older than retention whose transaction
 // is below the confirmed mark, batch rows per statement, and returns how
-// many it deleted.
+// many it deleted. The same rule prunes the table of deleted outbox rows
+// (republish.go), whose xmin is the deleting transaction. The outbox's own
+// deletes say so (eventforge.outbox_pruning), so that its deletion trigger
+// does not keep them.
 func pruneOutbox(ctx context.Context, ctl *control, table pgx.Identifier, retention time.Duration, batch int, mark pruneMark) (int64, error) {
 	var total int64
-	stmt := fmt.Sprintf(pruneStatement, table.Sanitize())
-	for {
-		var n int64
-		err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			tag, err := conn.Exec(ctx, stmt, retention.Seconds(), batch, mark.xmin)
-			n = tag.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return total, fmt.Errorf("pruning outbox rows older than %s: %w", retention, err)
-		}
-		total += n
-		if n < int64(batch) || ctx.Err() != nil {
-			return total, nil
+	for _, t := range []pgx.Identifier{table, deletedTable(table)} {
+		stmt := fmt.Sprintf(pruneStatement, t.Sanitize())
+		for {
+			var n int64
+			missing := false
+			err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+				return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+					if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NULL`, t.Sanitize()).Scan(&missing); err != nil || missing {
+						return err
+					}
+					if _, err := tx.Exec(ctx, `SELECT set_config('eventforge.outbox_pruning', 'on', true)`); err != nil {
+						return err
+					}
+					tag, err := tx.Exec(ctx, stmt, retention.Seconds(), batch, mark.xmin)
+					n = tag.RowsAffected()
+					return err
+				})
+			})
+			if err != nil {
+				return total, fmt.Errorf("pruning %s rows older than %s: %w", t.Sanitize(), retention, err)
+			}
+			total += n
+			if missing || n < int64(batch) || ctx.Err() != nil {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
 // confirmedMark returns the newest of marks at or before confirmed and the

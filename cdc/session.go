@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -121,9 +122,11 @@ func producerSettings(cfg Config) kafka.ConfigMap {
 // producer is what a session needs from the Kafka publisher
 // (*publish.Publisher).
 type producer interface {
-	// Publish hands ev to Kafka; the outcome arrives at the session's
-	// delivery callback with opaque.
-	Publish(ctx context.Context, ev *decode.Event, opaque any) error
+	// Publish hands ev to Kafka in group (the session's group is the
+	// transaction); the outcome arrives at the session's delivery callback
+	// with opaque. An order's events reach Kafka in the order of their
+	// transactions, and none after one of them failed (publish/order.go).
+	Publish(ctx context.Context, ev *decode.Event, group, opaque any) error
 	// Fatal reports a fatal producer error.
 	Fatal() <-chan error
 	// Close flushes for up to timeout, closes, and returns how many records
@@ -203,6 +206,10 @@ func (s *session) onDelivery(opaque any, err error) {
 }
 
 func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
+	if err := failpoint.Eval(ctx, failpoint.CDCBeforeStartReplication); err != nil {
+		s.pub.Close(time.Second)
+		return err
+	}
 	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{
 			"proto_version '1'",
@@ -213,6 +220,10 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 	if err != nil {
 		s.pub.Close(time.Second)
 		return fmt.Errorf("starting replication on slot %s at %s: %w", s.cfg.Slot, start, err)
+	}
+	if err := s.checkStreamedSlot(ctx); err != nil {
+		s.pub.Close(time.Second)
+		return err
 	}
 	s.m.active.Set(1)
 	s.logger.Info("replication started; this process publishes", "lsn", start.String(), "publication", s.cfg.Publication)
@@ -229,6 +240,39 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 	s.finalStatus(ctx)
 	s.logger.Info("replication stopped", "lsn", s.tracker.Confirmable().String(), "err", loopErr)
 	return loopErr
+}
+
+// errSlotReplaced means the slot the session streams from is not the one
+// it checked: it was dropped and created again in between, or the control
+// connection reaches another server.
+var errSlotReplaced = errors.New("replication slot replaced before streaming started")
+
+// checkStreamedSlot checks, once streaming started and before any message
+// is handled, that the slot this session holds is the one prepareSlot
+// checked. The slot is read and checked on the control connection, and
+// streaming starts on the replication connection from the position read:
+// a slot dropped and recreated in between would be forwarded silently by
+// the server to its new confirmed position, past rows nobody published,
+// and every position the session confirmed from then on would raise the
+// confirm limit over the gap. Now that this session's walsender holds the
+// slot, nobody can drop it: it must be active with that walsender's pid on
+// the control connection's server, and still within the confirm limit.
+func (s *session) checkStreamedSlot(ctx context.Context) error {
+	st, err := readSlotCheck(ctx, s.ctl, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	pid := s.conn.PID()
+	switch {
+	case !st.exists:
+		return fmt.Errorf("%w: slot %s does not exist where the control connection reads it", errSlotReplaced, s.cfg.Slot)
+	case st.activePID == nil || uint32(*st.activePID) != pid:
+		return fmt.Errorf("%w: slot %s is held by pid %v, not by this session's walsender (pid %d): the control and replication connections reach different servers", errSlotReplaced, s.cfg.Slot, st.activePID, pid)
+	}
+	if reason := gapReason(st, checkpointRow{found: true, limit: pglogrepl.LSN(s.limit.lsn.Load())}); reason != "" {
+		return fmt.Errorf("%w: %s", errSlotReplaced, reason)
+	}
+	return nil
 }
 
 // finalStatus confirms the acknowledged prefix at the session's end, which

@@ -25,7 +25,7 @@ type fakeProducer struct {
 	fatal     chan error
 }
 
-func (f *fakeProducer) Publish(_ context.Context, _ *decode.Event, opaque any) error {
+func (f *fakeProducer) Publish(_ context.Context, _ *decode.Event, _, opaque any) error {
 	if f.err != nil {
 		return f.err
 	}

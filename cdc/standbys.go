@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -46,7 +47,7 @@ type heldInsert struct {
 // holdFor starts holding back the events of a transaction whose commit
 // record starts at commit, when the reader waits for standbys.
 func (s *session) holdFor(commit pglogrepl.LSN) {
-	s.holding = len(s.cfg.SynchronizedStandbySlots) > 0
+	s.holding = s.cfg.waitsForStandbys()
 	s.held, s.heldBytes, s.commitAt = s.held[:0], 0, commit
 }
 
@@ -105,7 +106,7 @@ func standbyFlushed(ctx context.Context, ctl *control, slots []string) (pglogrep
 // waitStandbys returns once every standby slot flushed through commit, keeping the
 // replication connection alive with status updates meanwhile.
 func (s *session) waitStandbys(ctx context.Context, commit pglogrepl.LSN) error {
-	if len(s.cfg.SynchronizedStandbySlots) == 0 || s.standbyAt >= commit {
+	if !s.cfg.waitsForStandbys() || s.standbyAt >= commit {
 		return nil
 	}
 	began, warned := time.Now(), false
@@ -144,4 +145,61 @@ func (s *session) waitStandbys(ctx context.Context, commit pglogrepl.LSN) error 
 			return ctx.Err()
 		}
 	}
+}
+
+// Safe by default: a primary with standbys and nothing that holds the relay
+// back until they have a commit can leave Kafka with events of orders a
+// promoted standby lacks (phantoms: a phantom OrderCancelled of an order the
+// new primary has is applied). So before streaming, the reader looks for
+// standbys — physical slots, and walsenders that hold no logical slot — and
+// refuses to publish (a configuration error) when there are some and
+// neither --synchronized-standby-slots nor the server's
+// synchronized_standby_slots (PostgreSQL 17+) names any. The operator then
+// chooses: the standbys' slots, or "none" to publish without waiting.
+
+// standbyState is what the server says about its standbys.
+type standbyState struct {
+	physicalSlots, physicalSenders int
+	serverWait                     string // synchronized_standby_slots (17+), or ""
+}
+
+// readStandbyState reads it on the control connection.
+func readStandbyState(ctx context.Context, ctl *control) (standbyState, error) {
+	var st standbyState
+	err := ctl.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical'),
+			(SELECT count(*) FROM pg_stat_replication r
+				WHERE NOT EXISTS (SELECT FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')),
+			coalesce(current_setting('synchronized_standby_slots', true), '')`).
+			Scan(&st.physicalSlots, &st.physicalSenders, &st.serverWait)
+	})
+	if err != nil {
+		return st, fmt.Errorf("looking for standbys: %w", err)
+	}
+	return st, nil
+}
+
+// checkStandbyWait refuses to publish on a server with standbys when
+// nothing waits for them and the operator did not choose not to wait.
+func (r *reader) checkStandbyWait(ctx context.Context, ctl *control) error {
+	if r.cfg.waitsForStandbys() {
+		return nil
+	}
+	st, err := readStandbyState(ctx, ctl)
+	if err != nil {
+		return err
+	}
+	if st.physicalSlots+st.physicalSenders == 0 || st.serverWait != "" {
+		return nil
+	}
+	if r.cfg.noStandbyWait() {
+		r.logger.Warn("publishing without waiting for the standbys (--synchronized-standby-slots none): after a failover Kafka can hold events of orders the new primary lacks",
+			"physical_slots", st.physicalSlots, "physical_walsenders", st.physicalSenders)
+		return nil
+	}
+	return permanent("this server has standbys (%d physical slots, %d physical walsenders) and nothing holds the relay back until they have a commit: "+
+		"after a failover Kafka could hold events of orders the new primary lacks. Choose one: --synchronized-standby-slots <the standbys' physical slots>; "+
+		"synchronized_standby_slots on the server (PostgreSQL 17+); or --synchronized-standby-slots %s to publish without waiting (docs/guarantees.md, \"Failover\")",
+		st.physicalSlots, st.physicalSenders, NoStandbyWait)
 }

@@ -20,9 +20,16 @@ import (
 // max.message.bytes of topic through the Admin API.
 func setTopicMaxMessageBytes(t testing.TB, bootstrap, topic string, limit int) {
 	t.Helper()
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "log_level": 3})
-	if err != nil {
+	if err := alterTopicMaxMessageBytes(bootstrap, topic, limit); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// alterTopicMaxMessageBytes is setTopicMaxMessageBytes returning its error.
+func alterTopicMaxMessageBytes(bootstrap, topic string, limit int) error {
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "log_level": 0})
+	if err != nil {
+		return err
 	}
 	defer a.Close()
 	entry := kafka.ConfigEntry{Name: "max.message.bytes", Value: fmt.Sprint(limit), IncrementalOperation: kafka.AlterConfigOpTypeSet}
@@ -33,13 +40,14 @@ func setTopicMaxMessageBytes(t testing.TB, bootstrap, topic string, limit int) {
 	defer cancel()
 	res, err := a.IncrementalAlterConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic, Config: []kafka.ConfigEntry{entry}}})
 	if err != nil {
-		t.Fatalf("altering max.message.bytes of %s: %v", topic, err)
+		return fmt.Errorf("altering max.message.bytes of %s: %w", topic, err)
 	}
 	for _, r := range res {
 		if r.Error.Code() != kafka.ErrNoError {
-			t.Fatalf("altering max.message.bytes of %s: %v", topic, r.Error)
+			return fmt.Errorf("altering max.message.bytes of %s: %w", topic, r.Error)
 		}
 	}
+	return nil
 }
 
 // bigOrder creates, through the API, an order of 100 lines with random

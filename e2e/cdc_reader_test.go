@@ -258,6 +258,26 @@ func TestCDCOutboxReplay(t *testing.T) {
 	if out := runCommand(t, 1, append(base, "--event-id", "0195f5a8-0000-7000-8000-000000000000")...); !strings.Contains(out, "not found") {
 		t.Errorf("replay of an unknown ID: %s", out)
 	}
+	// A row its writer deleted is kept in outbox_deleted, and replayed from
+	// there.
+	gone := ids[5]
+	if _, err := env.Pool.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, gone); err != nil {
+		t.Fatal(err)
+	}
+	runCommand(t, 0, append(base, "--event-id", gone)...)
+	recs, err = testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Headers[contract.HeaderID] == gone {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("event %s, deleted by its writer: %d records after its replay, want 2", gone, n)
+	}
 }
 
 // TestCDCOutboxRetention: the active reader deletes rows past the retention
@@ -270,15 +290,27 @@ func TestCDCOutboxRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	insertEvents(ctx, t, env.Pool, 5, 5)
+	// Two rows deleted by their writer: kept in outbox_deleted, the old one
+	// pruned like an outbox row.
+	deleted := insertEvents(ctx, t, env.Pool, 2, 2)
+	if _, err := env.Pool.Exec(ctx, `DELETE FROM outbox WHERE id = ANY($1::uuid[])`, deleted); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE outbox_deleted SET created_at = now() - interval '2 hours' WHERE id = $1`, deleted[0]); err != nil {
+		t.Fatal(err)
+	}
 	cdcReader(t, env, "cdc", nil, "--outbox-retention", "1h", "--outbox-prune-interval", "1s", "--outbox-prune-batch", "7")
 	testenv.Eventually(t, time.Minute, "old rows pruned", func() error {
-		var old, fresh int
-		err := env.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE created_at < now() - interval '1 hour'), count(*) FILTER (WHERE created_at >= now() - interval '1 hour') FROM outbox`).Scan(&old, &fresh)
+		var old, fresh, kept int
+		var keptID string
+		err := env.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE created_at < now() - interval '1 hour'), count(*) FILTER (WHERE created_at >= now() - interval '1 hour'),
+			(SELECT count(*) FROM outbox_deleted), (SELECT coalesce(min(id::text), '') FROM outbox_deleted) FROM outbox`).Scan(&old, &fresh, &kept, &keptID)
 		if err != nil {
 			return err
 		}
-		if old != 0 || fresh != 5 {
-			return fmt.Errorf("%d old rows, %d fresh rows; want 0 and 5", old, fresh)
+		// The retention's own deletes are not kept.
+		if old != 0 || fresh != 5 || kept != 1 || keptID != deleted[1] {
+			return fmt.Errorf("%d old rows, %d fresh rows, %d kept deleted rows (%s); want 0, 5 and only %s", old, fresh, kept, keptID, deleted[1])
 		}
 		return nil
 	})

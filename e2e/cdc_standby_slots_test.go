@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,4 +73,33 @@ func TestCDCWaitsForStandbySlots(t *testing.T) {
 	}
 	heldBack(5, "waiting for the standby slots to flush a commit before publishing it")
 	heldBack(12, "transaction exceeds the in-flight bounds; publishing it once the standbys flushed the start of its commit record")
+}
+
+// TestCDCRefusesStandbysWithoutAChoice: on a primary with a standby and
+// nothing that holds the relay back until the standby has a commit (no
+// --synchronized-standby-slots, no synchronized_standby_slots on the
+// server), the reader refuses to publish and says how to choose; with
+// --synchronized-standby-slots none it publishes without waiting.
+func TestCDCRefusesStandbysWithoutAChoice(t *testing.T) {
+	stack := testenv.NewPrivate(t, testenv.WithPGVersion(15), testenv.WithoutKafka())
+	env := stack.EnvOnSharedKafka(t)
+	stack.AddStandby(t)
+
+	refused, _ := cdcReader(t, env, "cdc-unchosen", nil)
+	if err := refused.waitExit(time.Minute); err == nil {
+		t.Fatal("the reader exited 0, want a configuration error")
+	}
+	if out, err := os.ReadFile(refused.Log); err != nil || !strings.Contains(string(out), "this server has standbys") {
+		t.Fatalf("the reader's output does not say why it refused (%v):\n%s", err, refused.tail(10))
+	}
+	recs, err := testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 0 {
+		t.Fatalf("%d records published by a reader that refused", len(recs))
+	}
+	cdcReader(t, env, "cdc-none", nil, "--synchronized-standby-slots", "none")
+	ids := insertEvents(context.Background(), t, env.Pool, 3, 3)
+	waitEventsInKafka(t, env, ids, time.Minute)
 }

@@ -38,8 +38,20 @@ func artifactsDir(t testing.TB) string {
 // process is stopped (SIGTERM, then SIGKILL) at cleanup.
 func start(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startCmd(t, name, env, exec.Command(binary, args...))
+}
+
+// startIn is start in the network namespace of host.
+func startIn(t testing.TB, host *testenv.NetHost, name string, env []string, args ...string) *proc {
+	t.Helper()
+	return startCmd(t, name, env, host.Command(binary, args...))
+}
+
+// startCmd runs cmd (the binary, directly or through a wrapper that execs
+// it) as start does.
+func startCmd(t testing.TB, name string, env []string, cmd *exec.Cmd) *proc {
+	t.Helper()
 	logPath := filepath.Join(artifactsDir(t), name+".log")
-	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	raceLog := ""
 	if raceEnabled {

@@ -95,15 +95,16 @@ var ErrNoStandbySlots = errors.New("none of the standby slots exists on this ser
 
 // StandbySlotsFlushed reads the oldest restart_lsn of the named physical
 // slots: for a standby's slot, the position the standby flushed. It is ""
-// while a slot has none yet. None of them existing is ErrNoStandbySlots;
-// only some of them existing as physical slots is an error.
+// while any of them has none yet (a standby that never connected has
+// flushed nothing). None of them existing is ErrNoStandbySlots; only some
+// of them existing as physical slots is an error.
 func StandbySlotsFlushed(ctx context.Context, q Querier, slots []string) (string, error) {
 	var (
 		lsn   *string
 		found int
 	)
-	err := q.QueryRow(ctx, `SELECT min(restart_lsn)::text, count(*) FROM pg_replication_slots
-		WHERE slot_name = ANY($1) AND slot_type = 'physical'`, slots).Scan(&lsn, &found)
+	err := q.QueryRow(ctx, `SELECT CASE WHEN count(restart_lsn) = count(*) THEN min(restart_lsn)::text END, count(*)
+		FROM pg_replication_slots WHERE slot_name = ANY($1) AND slot_type = 'physical'`, slots).Scan(&lsn, &found)
 	switch {
 	case err != nil:
 		return "", fmt.Errorf("reading the standby slots %v: %w", slots, err)

@@ -25,13 +25,24 @@ type outboxEvent struct {
 	age time.Duration
 }
 
+// outbox reads the outbox and the rows its writers deleted themselves
+// (outbox_deleted, kept by the outbox's deletion trigger), so that a writer
+// that deletes its row in the same transaction is audited too.
 func (a *auditor) outbox(ctx context.Context) ([]outboxEvent, error) {
-	rows, err := a.pool.Query(ctx, `SELECT id::text, aggregateid, type, extract(epoch FROM now() - created_at)::float8
-		FROM outbox ORDER BY created_at, id`)
+	var deleted bool
+	if err := a.pool.QueryRow(ctx, `SELECT to_regclass('outbox_deleted') IS NOT NULL`).Scan(&deleted); err != nil {
+		return nil, fmt.Errorf("looking up outbox_deleted: %w", err)
+	}
+	rows := `SELECT id, aggregateid, type, created_at FROM outbox`
+	if deleted {
+		rows += ` UNION ALL SELECT id, aggregateid, type, created_at FROM outbox_deleted`
+	}
+	res, err := a.pool.Query(ctx, `SELECT id::text, aggregateid, type, extract(epoch FROM now() - created_at)::float8
+		FROM (`+rows+`) o ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox: %w", err)
 	}
-	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxEvent, error) {
+	events, err := pgx.CollectRows(res, func(r pgx.CollectableRow) (outboxEvent, error) {
 		var e outboxEvent
 		var age float64
 		err := r.Scan(&e.id, &e.key, &e.typ, &age)

@@ -65,3 +65,51 @@ func TestRESTBodyForm(t *testing.T) {
 		t.Fatalf("empty body: %v, want io.EOF (an empty message)", err)
 	}
 }
+
+// TestRESTBodyRefusals: a refused body names the field at fault, in the
+// form of protovalidate's field paths, and says what is wrong in the
+// document's terms.
+func TestRESTBodyRefusals(t *testing.T) {
+	item := func(fields string) string {
+		return `{"customer_id":"c","currency":"EUR","items":[{"sku":"S",` + fields + `}]}`
+	}
+	tests := []struct {
+		name, body, field, desc string
+	}{
+		{"a string", `"abc"`, "", "not a JSON object"},
+		{"an array", `[]`, "", "not a JSON object"},
+		{"a field twice", `{"currency":"EUR","currency":"USD"}`, "currency", "more than once"},
+		{"an item field twice", item(`"quantity":1,"quantity":2`), "items[0].quantity", "more than once"},
+		{"unknown field", `{"colour":"red"}`, "colour", "not a field of CreateOrderRequest"},
+		{"quantity beyond 32 bits", item(`"quantity":2147483648`), "items[0].quantity", "out of range for a 32-bit integer"},
+		{"quantity at 32 bits", item(`"quantity":2147483647`), "", ""},
+		{"price beyond 64 bits", item(`"unit_price_cents":"9223372036854775808"`), "items[0].unit_price_cents", "out of range for a 64-bit integer"},
+		{"a number for a string", `{"customer_id":1}`, "customer_id", "must be a JSON string"},
+		{"an object for a string", `{"customer_id":{}}`, "customer_id", "must be a JSON string"},
+		{"a string for the items", `{"items":"x"}`, "items", "must be a JSON array"},
+		{"a string for an item", `{"items":["x"]}`, "items[0]", "must be a JSON object"},
+		{"null for an item", `{"items":[{"sku":"S"},null]}`, "items[1]", "must not be null"},
+		{"null for the items", `{"items":null}`, "", ""},
+		{"byte order mark", "\uFEFF{}", "", "byte order mark"},
+		{"too deep", strings.Repeat(`{"items":[`, 9) + strings.Repeat("]}", 9), "", "levels deep"},
+		{"brackets in a string are not depth", `{"customer_id":"` + strings.Repeat("[", 100) + `"}`, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := RESTMarshaler().NewDecoder(strings.NewReader(tt.body)).Decode(&eventforgev1.CreateOrderRequest{})
+			if tt.desc == "" {
+				if err != nil {
+					t.Fatalf("decode %s: %v, want it read", tt.body, err)
+				}
+				return
+			}
+			var be *BodyError
+			if !errors.As(err, &be) || be.Field != tt.field || !strings.Contains(be.Description, tt.desc) {
+				t.Fatalf("decode %.80s: %#v, want field %q saying %q", tt.body, err, tt.field, tt.desc)
+			}
+			if strings.Contains(err.Error(), "proto:") {
+				t.Fatalf("protojson's text in %q", err)
+			}
+		})
+	}
+}

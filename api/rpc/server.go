@@ -122,7 +122,11 @@ func (s *Server) CreateOrder(ctx context.Context, req *eventforgev1.CreateOrderR
 		s.logger.InfoContext(ctx, "order create replayed", "order_id", created.OrderID, "event_id", created.EventID)
 		return &eventforgev1.CreateOrderResponse{Order: toProto(stored), EventId: created.EventID.String()}, nil
 	}
-	s.logger.InfoContext(ctx, "order created", "order_id", orderID, "event_id", eventID)
+	if created.Recovered {
+		s.logger.WarnContext(ctx, "order created; the commit's answer was lost and the order found committed", "order_id", orderID, "event_id", eventID)
+	} else {
+		s.logger.InfoContext(ctx, "order created", "order_id", orderID, "event_id", eventID)
+	}
 	return &eventforgev1.CreateOrderResponse{Order: toProto(*o), EventId: eventID.String()}, nil
 }
 
@@ -304,8 +308,28 @@ const ErrorDomain = "eventforge.v1"
 // answer to a create whose idempotency key names a different request.
 const ReasonIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
 
+// ErrorInfo reasons of a create or cancel that failed, with the metadata
+// keys MetadataOrderID and MetadataEventID naming what it was writing.
+const (
+	// ReasonNotWritten: nothing of the call was written, and nothing of it
+	// will be: it may be sent again as it is, with or without a key.
+	ReasonNotWritten = "NOT_WRITTEN"
+	// ReasonOutcomeUnknown: the commit was sent and its answer lost, and the
+	// server could not find out whether it took effect: the order (or the
+	// cancel) may exist. GetOrder of MetadataOrderID tells; a create may be
+	// sent again only under the same idempotency key.
+	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
+
+	MetadataOrderID = "order_id"
+	MetadataEventID = "event_id"
+)
+
 // storeError maps a store error to a status; the cause is logged, never sent.
 func (s *Server) storeError(ctx context.Context, what string, err error) error {
+	var we *store.WriteError
+	if errors.As(err, &we) {
+		return s.writeError(ctx, what, we)
+	}
 	// The caller's deadline or cancellation is what cut the call short, even
 	// when the driver reports it as a network error.
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
@@ -335,6 +359,49 @@ func (s *Server) storeError(ctx context.Context, what string, err error) error {
 		return status.Error(codes.Unavailable, "the order store is unavailable; retry later")
 	}
 	return s.internal(ctx, what, err)
+}
+
+// writeError maps a failed create or cancel to a status that says what it
+// left behind: an ErrorInfo with ReasonNotWritten or ReasonOutcomeUnknown
+// and the order and event IDs, on the code of what cut it short. The code
+// alone is not the answer to "was it written": a deadline that ran out
+// (DEADLINE_EXCEEDED) ends a call whatever it left, as a client's own
+// deadline does.
+func (s *Server) writeError(ctx context.Context, what string, we *store.WriteError) error {
+	unknown := errors.Is(we, store.ErrOutcomeUnknown)
+	reason, left := ReasonNotWritten, "nothing was written"
+	if unknown {
+		reason = ReasonOutcomeUnknown
+		left = fmt.Sprintf("the commit was sent and its answer lost: order %s may exist; "+
+			"read it (GetOrder) or retry with the same idempotency key", we.OrderID)
+	}
+	var (
+		code  codes.Code
+		cause string
+		level = slog.LevelWarn
+	)
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(we, context.DeadlineExceeded):
+		code, cause = codes.DeadlineExceeded, "deadline exceeded"
+	case unknown:
+		code, cause = codes.Unknown, "outcome unknown"
+	case errors.Is(we, context.Canceled):
+		code, cause = codes.Canceled, "request cancelled"
+	case errors.Is(we, store.ErrUnavailable), errors.Is(we, store.ErrRetryable):
+		code, cause = codes.Unavailable, "the order store is unavailable; retry later"
+	default:
+		code, cause, level = codes.Internal, "internal error", slog.LevelError
+	}
+	s.logger.Log(ctx, level, what, "order_id", we.OrderID, "event_id", we.EventID, "outcome", reason, "err", we.Err)
+	msg := cause + "; " + left
+	st, err := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{
+		Reason: reason, Domain: ErrorDomain,
+		Metadata: map[string]string{MetadataOrderID: we.OrderID.String(), MetadataEventID: we.EventID.String()},
+	})
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
 }
 
 func (s *Server) internal(ctx context.Context, what string, err error) error {

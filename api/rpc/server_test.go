@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -208,4 +209,59 @@ func TestErrorMapping(t *testing.T) {
 			t.Fatalf("got %v %v", code, fields)
 		}
 	})
+}
+
+// TestWriteErrorMapping: a failed create says what it left behind — an
+// ErrorInfo with NOT_WRITTEN or OUTCOME_UNKNOWN and the order and event IDs
+// — on the code of what cut it short, and never a cause's text.
+func TestWriteErrorMapping(t *testing.T) {
+	orderID, eventID := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	pgDown := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	tests := []struct {
+		name       string
+		outcome    error
+		cause      error
+		ctxDone    bool // the caller's deadline has passed
+		wantCode   codes.Code
+		wantReason string
+	}{
+		{"unavailable, not written", store.ErrNotWritten, fmt.Errorf("%w: %w", store.ErrUnavailable, pgDown), false, codes.Unavailable, ReasonNotWritten},
+		{"serialization failure, not written", store.ErrNotWritten, fmt.Errorf("%w: 40001", store.ErrRetryable), false, codes.Unavailable, ReasonNotWritten},
+		{"refused for good, not written", store.ErrNotWritten, errors.New("check violation"), false, codes.Internal, ReasonNotWritten},
+		{"answer lost", store.ErrOutcomeUnknown, fmt.Errorf("%w: %w", store.ErrUnavailable, io.ErrUnexpectedEOF), false, codes.Unknown, ReasonOutcomeUnknown},
+		{"deadline, answer lost", store.ErrOutcomeUnknown, context.DeadlineExceeded, true, codes.DeadlineExceeded, ReasonOutcomeUnknown},
+		{"deadline before the commit", store.ErrNotWritten, context.DeadlineExceeded, true, codes.DeadlineExceeded, ReasonNotWritten},
+		{"withdrawn while waiting", store.ErrNotWritten, context.Canceled, false, codes.Canceled, ReasonNotWritten},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := New(&fakeStore{t: t, create: func(*store.Order, store.OutboxEvent, *store.IdempotencyKey) (store.Created, error) {
+				return store.Created{}, &store.WriteError{Outcome: tt.outcome, OrderID: orderID, EventID: eventID, Err: tt.cause}
+			}}, quiet)
+			ctx := context.Background()
+			if tt.ctxDone {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, time.Unix(0, 0))
+				defer cancel()
+			}
+			_, err := srv.CreateOrder(ctx, validRequest())
+			st := status.Convert(err)
+			if st.Code() != tt.wantCode {
+				t.Fatalf("code %v, want %v (%v)", st.Code(), tt.wantCode, err)
+			}
+			var info *errdetails.ErrorInfo
+			for _, d := range st.Details() {
+				if i, ok := d.(*errdetails.ErrorInfo); ok {
+					info = i
+				}
+			}
+			if info.GetReason() != tt.wantReason || info.GetDomain() != ErrorDomain ||
+				info.GetMetadata()[MetadataOrderID] != orderID.String() || info.GetMetadata()[MetadataEventID] != eventID.String() {
+				t.Fatalf("ErrorInfo %v; want reason %s with order %s and event %s", info, tt.wantReason, orderID, eventID)
+			}
+			if strings.Contains(st.Message(), "tcp") || strings.Contains(st.Message(), "40001") || strings.Contains(st.Message(), "violation") {
+				t.Fatalf("internal error text reached the client: %q", st.Message())
+			}
+		})
+	}
 }

@@ -6,10 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Group commit of creates without an idempotency key.
@@ -33,19 +32,24 @@ import (
 // everything else); more writers raise it, for fewer orders per commit.
 //
 // Failure windows:
-//   - PostgreSQL refuses a statement of a group (severity ERROR: the
-//     implicit transaction rolled back, nothing of the group is committed):
-//     every create of the group is written again alone, so one bad order
-//     fails by itself and the others commit.
-//   - The connection fails, or the commit's reply is lost: every create of
-//     the group gets the error (ErrUnavailable). As for a create written
-//     alone, the outcome is unknown to the caller; an idempotency key is how
-//     a caller retries safely.
+//   - PostgreSQL refuses a statement of a group (its unlocalized severity is
+//     ERROR: the implicit transaction rolled back, nothing of the group is
+//     committed): every create of the group is written again alone, so one
+//     bad order fails by itself and the others commit.
+//   - The connection fails before the Sync left: nothing of the group was
+//     committed; every create gets ErrNotWritten.
+//   - The connection fails, or the deadline passes, after the Sync left:
+//     the group's writer settles the transaction once for all its creates
+//     (resolve.go). Committed: every create succeeds. Rolled back: every
+//     create gets ErrNotWritten. Not found out: every create gets
+//     ErrOutcomeUnknown with its own order and event IDs, never "not
+//     written".
 //   - A caller whose context ends while its create waits gets the context's
-//     error and its create is not written. Once its group is being written,
-//     the group's context (the latest deadline of its members) governs the
-//     write; a caller that gives up then has the same unknown outcome as a
-//     caller whose deadline passes during a write alone.
+//     error, with ErrNotWritten: its create is withdrawn. Once its group is
+//     being written, the group's context (the latest deadline of its
+//     members, not their cancellation) governs the write, and a caller that
+//     gives up then is told what the group's write came to, as a caller of
+//     a create written alone is.
 const (
 	// DefaultCreateWriters is the default of WithCreateWriters.
 	DefaultCreateWriters = 1
@@ -53,36 +57,21 @@ const (
 	maxGroup = 64
 )
 
-// groupSize counts the creates of each key-less create transaction. It is
-// registered by the first New, so that only a process that writes orders
-// exports it (the binary links this package into every component).
-var (
-	groupSize         prometheus.Histogram
-	registerGroupSize sync.Once
-)
-
-func registerMetrics() {
-	registerGroupSize.Do(func() {
-		groupSize = promauto.NewHistogram(prometheus.HistogramOpts{
-			Name:    "eventforge_api_create_group_size",
-			Help:    "Orders committed per transaction of creates without an idempotency key (1: written alone).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
-		})
-	})
-}
-
 // pendingCreate is one create waiting to be written.
 type pendingCreate struct {
-	ctx   context.Context
-	stmts []statement
+	ctx              context.Context
+	stmts            []statement
+	orderID, eventID uuid.UUID
 	// done receives the create's outcome, or lead: the receiver writes the
 	// next group.
 	done chan groupResult
 }
 
 type groupResult struct {
-	err  error
-	lead bool
+	err error
+	// recovered: the commit's answer was lost, the group found committed.
+	recovered bool
+	lead      bool
 	// alone: write this create by itself (its group was refused).
 	alone bool
 }
@@ -91,6 +80,7 @@ type groupResult struct {
 // transactions; see the comment at the top of this file.
 type groupCommitter struct {
 	pool       *pgxpool.Pool
+	resolver   *resolver
 	maxWriters int // WithCreateWriters
 
 	mu      sync.Mutex
@@ -98,19 +88,20 @@ type groupCommitter struct {
 	writers int // groups being written, at most maxWriters
 }
 
-// create writes stmts (one order's statements) in a transaction, shared
-// with the creates waiting beside it when all writers are busy.
-func (g *groupCommitter) create(ctx context.Context, stmts []statement) error {
-	p := &pendingCreate{ctx: ctx, stmts: stmts, done: make(chan groupResult, 1)}
+// create writes stmts (one order's statements: order orderID, event
+// eventID) in a transaction, shared with the creates waiting beside it when
+// all writers are busy. Its error is a *WriteError; recovered is true when
+// the commit's answer was lost and the transaction found committed.
+func (g *groupCommitter) create(ctx context.Context, stmts []statement, orderID, eventID uuid.UUID) (recovered bool, err error) {
+	p := &pendingCreate{ctx: ctx, stmts: stmts, orderID: orderID, eventID: eventID, done: make(chan groupResult, 1)}
 	g.mu.Lock()
 	if g.writers < g.maxWriters && len(g.pending) == 0 {
 		// A writer is free and nothing waits: write alone, now.
 		g.writers++
 		g.mu.Unlock()
-		err := execPipeline(ctx, g.pool, stmts, false, beforeCommit)
-		groupSize.Observe(1)
+		recovered, err := g.alone(p)
 		g.handOff()
-		return err
+		return recovered, err
 	}
 	g.pending = append(g.pending, p)
 	g.mu.Unlock()
@@ -121,7 +112,7 @@ func (g *groupCommitter) create(ctx context.Context, stmts []statement) error {
 		case r = <-p.done:
 		case <-ctx.Done():
 			if g.withdraw(p) {
-				return ctx.Err()
+				return false, &WriteError{Outcome: ErrNotWritten, OrderID: orderID, EventID: eventID, Err: ctx.Err()}
 			}
 			r = <-p.done // taken into a group: its outcome comes
 		}
@@ -130,12 +121,27 @@ func (g *groupCommitter) create(ctx context.Context, stmts []statement) error {
 			g.lead(p)
 			continue // p was in the group just written: its outcome is in done
 		case r.alone:
-			err := execPipeline(ctx, g.pool, stmts, false, beforeCommit)
-			groupSize.Observe(1)
-			return err
+			return g.alone(p)
 		}
-		return r.err
+		return r.recovered, r.err
 	}
+}
+
+// alone writes p in a transaction of its own, under its caller's deadline
+// but not its cancellation.
+func (g *groupCommitter) alone(p *pendingCreate) (recovered bool, err error) {
+	ctx, cancel := detach(p.ctx)
+	defer cancel()
+	a, err := execPipeline(ctx, g.pool, p.stmts, false, beforeCommit)
+	groupSize.Observe(1)
+	if err == nil {
+		return false, nil
+	}
+	outcome, cause := g.resolver.settle(ctx, err, a, ordersExist(p.orderID), 1)
+	if outcome == nil {
+		return true, nil
+	}
+	return false, &WriteError{Outcome: outcome, OrderID: p.orderID, EventID: p.eventID, Err: cause}
 }
 
 // withdraw removes p from the waiting creates; false when a writer has
@@ -191,7 +197,7 @@ func (g *groupCommitter) write(group []*pendingCreate) {
 	unbounded := false // a member without a deadline: the group has none
 	for _, p := range group {
 		if err := p.ctx.Err(); err != nil {
-			p.done <- groupResult{err: err}
+			p.done <- groupResult{err: &WriteError{Outcome: ErrNotWritten, OrderID: p.orderID, EventID: p.eventID, Err: err}}
 			continue
 		}
 		d, ok := p.ctx.Deadline()
@@ -210,22 +216,40 @@ func (g *groupCommitter) write(group []*pendingCreate) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	var stmts []statement
+	var (
+		stmts []statement
+		ids   []uuid.UUID
+	)
 	for _, p := range live {
 		stmts = append(stmts, p.stmts...)
+		ids = append(ids, p.orderID)
 	}
-	err := execPipeline(ctx, g.pool, stmts, false, beforeCommit)
+	a, err := execPipeline(ctx, g.pool, stmts, false, beforeCommit)
 	groupSize.Observe(float64(len(live)))
-	refused := len(live) > 1 && rolledBack(err)
+	if err != nil && len(live) > 1 && refused(err) {
+		for _, p := range live {
+			p.done <- groupResult{alone: true}
+		}
+		return
+	}
+	var outcome, cause error
+	if err != nil {
+		outcome, cause = g.resolver.settle(ctx, err, a, ordersExist(ids...), len(live))
+	}
 	for _, p := range live {
-		p.done <- groupResult{err: err, alone: refused}
+		r := groupResult{recovered: err != nil && outcome == nil}
+		if outcome != nil {
+			r.err = &WriteError{Outcome: outcome, OrderID: p.orderID, EventID: p.eventID, Err: cause}
+		}
+		p.done <- r
 	}
 }
 
-// rolledBack reports whether err is PostgreSQL refusing a statement or the
+// refused reports whether err is PostgreSQL refusing a statement or the
 // commit of an implicit transaction, which it then rolled back: nothing of
-// it was committed.
-func rolledBack(err error) bool {
+// it was committed. The unlocalized severity is the one to read: the
+// localized one follows lc_messages ("FEHLER" in German).
+func refused(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Severity == "ERROR"
+	return errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR"
 }

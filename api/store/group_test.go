@@ -143,43 +143,67 @@ func TestCreatesWaitingForTheWriterShareOneTransaction(t *testing.T) {
 
 // TestRefusedGroupIsWrittenAgainOneByOne: when PostgreSQL refuses one
 // create of a group, the group rolls back and each create is written alone:
-// the bad one fails with PostgreSQL's error, the others commit.
+// the bad one fails with PostgreSQL's error, the others commit. The refusal
+// is told by the unlocalized severity, so it holds whatever language the
+// server writes its messages in (lc_messages).
 func TestRefusedGroupIsWrittenAgainOneByOne(t *testing.T) {
-	f := newGroupFixture(t)
-	ctx := context.Background()
-	release, _, firstDone := f.holdWriter(ctx)
+	tests := []struct {
+		name, lcMessages string
+		wantSeverity     string // the localized severity PostgreSQL reports
+	}{
+		{name: "english", lcMessages: "C", wantSeverity: "ERROR"},
+		{name: "german", lcMessages: germanLocale, wantSeverity: "FEHLER"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newGroupFixture(t)
+			f.env.SetDatabase(t, "lc_messages", tt.lcMessages)
+			ctx := context.Background()
+			release, _, firstDone := f.holdWriter(ctx)
 
-	good1, ev1 := newOrder(t)
-	bad, badEv := newOrder(t)
-	bad.Status = "bogus" // orders.status CHECK refuses it
-	good2, ev2 := newOrder(t)
-	done1 := f.create(ctx, good1, ev1)
-	f.waitPending(1)
-	badDone := f.create(ctx, bad, badEv)
-	f.waitPending(2)
-	done2 := f.create(ctx, good2, ev2)
-	f.waitPending(3)
-	release()
+			good1, ev1 := newOrder(t)
+			bad, badEv := newOrder(t)
+			bad.Status = "bogus" // orders.status CHECK refuses it
+			good2, ev2 := newOrder(t)
+			done1 := f.create(ctx, good1, ev1)
+			f.waitPending(1)
+			badDone := f.create(ctx, bad, badEv)
+			f.waitPending(2)
+			done2 := f.create(ctx, good2, ev2)
+			f.waitPending(3)
+			release()
 
-	if err := <-firstDone; err != nil {
-		t.Fatalf("first create: %v", err)
-	}
-	var pgErr *pgconn.PgError
-	if err := <-badDone; !errors.As(err, &pgErr) || pgErr.Code != "23514" {
-		t.Fatalf("bad create: %v, want a check violation (23514)", err)
-	}
-	for name, done := range map[string]<-chan error{"good1": done1, "good2": done2} {
-		if err := <-done; err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	if txs, rows := f.transactionsOf(good1, good2); txs != 2 || rows != 2 {
-		t.Fatalf("good creates: %d events in %d transactions, want 2 in 2 (written alone)", rows, txs)
-	}
-	if _, rows := f.transactionsOf(bad); rows != 0 {
-		t.Fatalf("refused create left %d events", rows)
+			if err := <-firstDone; err != nil {
+				t.Fatalf("first create: %v", err)
+			}
+			var pgErr *pgconn.PgError
+			if err := <-badDone; !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+				t.Fatalf("bad create: %v, want a check violation (23514)", err)
+			}
+			if pgErr.Severity != tt.wantSeverity {
+				t.Fatalf("PostgreSQL reported severity %q, want %q: lc_messages %s is not in effect", pgErr.Severity, tt.wantSeverity, tt.lcMessages)
+			}
+			for name, done := range map[string]<-chan error{"good1": done1, "good2": done2} {
+				if err := <-done; err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+			if txs, rows := f.transactionsOf(good1, good2); txs != 2 || rows != 2 {
+				t.Fatalf("good creates: %d events in %d transactions, want 2 in 2 (written alone)", rows, txs)
+			}
+			if _, rows := f.transactionsOf(bad); rows != 0 {
+				t.Fatalf("refused create left %d events", rows)
+			}
+		})
 	}
 }
+
+// germanLocale is a locale with PostgreSQL's German message catalog. The
+// database server's machine must have it (Debian: `localedef -i de_DE -f
+// UTF-8 de_DE.UTF-8`, with `--no-archive` for a server that is already
+// running, whose processes keep the locale archive they opened); without it
+// ALTER DATABASE … SET lc_messages fails and says so.
+const germanLocale = "de_DE.UTF-8"
 
 // TestWaitingCreateWithdrawsWhenItsContextEnds: a create whose caller gives
 // up while it waits is not written; the others still are.

@@ -34,26 +34,31 @@ func batch(stmts []statement) *pgx.Batch {
 // A process that dies inside beforeCommit leaves the same: a connection
 // closed with an open implicit transaction.
 //
+// The attempt tells how far the write got: the backend that ran it, and
+// whether the Sync (the commit) was handed to the connection.
+//
 // With sendFirst the statements are written to PostgreSQL before
 // beforeCommit is called, so a hook that holds the write holds statements
 // PostgreSQL has executed and not committed. Without it the statements and
 // the Sync go out in one write after beforeCommit returned: one write
 // syscall per order instead of two, and one wakeup of the backend instead of
 // two (the second write was a sixth of the api's CPU per order under load).
-func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, sendFirst bool, beforeCommit func(context.Context) error) error {
+func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, sendFirst bool, beforeCommit func(context.Context) error) (attempt, error) {
+	var a attempt
 	c, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquiring a connection: %w", err)
+		return a, fmt.Errorf("acquiring a connection: %w", err)
 	}
 	defer c.Release() // a connection closed below is destroyed, not reused
 	conn := c.Conn()
+	a.pid = conn.PgConn().PID()
 
 	// Prepared once per connection (Prepare answers from the connection's
 	// own map after the first time), then executed by name.
 	sds := make([]*pgconn.StatementDescription, len(stmts))
 	for i, st := range stmts {
 		if sds[i], err = conn.Prepare(ctx, st.sql, st.sql); err != nil {
-			return fmt.Errorf("preparing statement %d: %w", i+1, err)
+			return a, fmt.Errorf("preparing statement %d: %w", i+1, err)
 		}
 	}
 
@@ -62,7 +67,7 @@ func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, se
 	for i, st := range stmts {
 		if err := eqb.Build(conn.TypeMap(), sds[i], st.args); err != nil {
 			_ = p.Close() // closes the connection: requests may be queued
-			return fmt.Errorf("encoding statement %d: %w", i+1, err)
+			return a, fmt.Errorf("encoding statement %d: %w", i+1, err)
 		}
 		// The pipeline keeps the result formats until it reads the
 		// results; the builder reuses its slices.
@@ -71,15 +76,16 @@ func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, se
 	}
 	if sendFirst {
 		if err := p.Flush(); err != nil {
-			return err // the pipeline closed the connection
+			return a, err // the pipeline closed the connection
 		}
 	}
 	if err := beforeCommit(ctx); err != nil {
 		_ = p.Close() // unsynced: closes the connection, the server rolls back
-		return err
+		return a, err
 	}
+	a.commitSent = true
 	if err := p.Sync(); err != nil {
-		return err
+		return a, err
 	}
 	var first error
 	for range stmts {
@@ -101,5 +107,5 @@ func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, se
 	if err := p.Close(); err != nil && first == nil {
 		first = err
 	}
-	return first
+	return a, first
 }

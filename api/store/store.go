@@ -72,12 +72,16 @@ type Created struct {
 	Replayed bool
 	OrderID  uuid.UUID
 	EventID  uuid.UUID
+	// Recovered is true when the commit's answer was lost and the store
+	// found the transaction committed (resolve.go).
+	Recovered bool
 }
 
 // Store reads and writes orders through a pgx pool.
 type Store struct {
-	pool  *pgxpool.Pool
-	group *groupCommitter
+	pool     *pgxpool.Pool
+	group    *groupCommitter
+	resolver *resolver
 }
 
 // Option configures a Store.
@@ -94,7 +98,8 @@ func WithCreateWriters(n int) Option {
 // New returns a Store using pool.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	registerMetrics()
-	s := &Store{pool: pool, group: &groupCommitter{pool: pool, maxWriters: DefaultCreateWriters}}
+	r := &resolver{pool: pool, timeout: DefaultResolveTimeout}
+	s := &Store{pool: pool, resolver: r, group: &groupCommitter{pool: pool, resolver: r, maxWriters: DefaultCreateWriters}}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -109,10 +114,17 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 // which CreateOrder then waits for), nothing is written: for the same request
 // hash the result is Replayed with the first call's IDs, for another hash the
 // error is ErrKeyReused.
+//
+// The write runs under ctx's deadline but not its cancellation: once begun,
+// it is not cut off because its caller went away. Any other failure is a
+// *WriteError: ErrNotWritten, or, when the commit was sent, its answer lost
+// and the store could not find out what became of it, ErrOutcomeUnknown.
+// A write whose answer was lost but which the store found committed is a
+// success (Recovered).
 func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *IdempotencyKey) (Created, error) {
 	headerJSON, err := encodeHeaders(ev.Headers)
 	if err != nil {
-		return Created{}, err
+		return Created{}, &WriteError{Outcome: ErrNotWritten, OrderID: o.ID, EventID: ev.ID, Err: err}
 	}
 	skus := make([]string, len(o.Items))
 	qtys := make([]int32, len(o.Items))
@@ -131,43 +143,44 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *
 		// executed; otherwise they leave with the Sync, in one write.
 		// Under load, concurrent creates share the transaction (group.go).
 		if failpoint.IsArmed(failpoint.APIBeforeCommit) {
-			err = execPipeline(ctx, s.pool, writes, true, beforeCommit)
+			created.Recovered, err = s.writeAlone(ctx, writes, o.ID, ev.ID)
 		} else {
-			err = s.group.create(ctx, writes)
+			created.Recovered, err = s.group.create(ctx, writes, o.ID, ev.ID)
 		}
 		if err != nil {
-			return Created{}, classify(fmt.Errorf("creating order %s: %w", o.ID, err))
+			return Created{}, err
 		}
 		return created, nil
 	}
+	wctx, cancel := detach(ctx)
+	defer cancel()
 	var recorded recordedKey
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if key != nil {
-			tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, request_hash, order_id, event_id)
-				VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`, key.Key, key.RequestHash, o.ID, ev.ID)
-			if err != nil {
-				return fmt.Errorf("recording idempotency key: %w", err)
-			}
-			if tag.RowsAffected() == 0 {
-				// A committed row holds the key (ON CONFLICT waited for any
-				// transaction inserting it); this statement's snapshot sees it.
-				err := tx.QueryRow(ctx, `SELECT request_hash, order_id, event_id FROM idempotency_keys WHERE key = $1`, key.Key).
-					Scan(&recorded.hash, &recorded.orderID, &recorded.eventID)
-				if errors.Is(err, pgx.ErrNoRows) {
-					// Pruned between the two statements: let the caller retry.
-					return fmt.Errorf("%w: idempotency key vanished while being read", ErrUnavailable)
-				}
-				if err != nil {
-					return fmt.Errorf("reading idempotency key: %w", err)
-				}
-				recorded.found = true
-				return errKeyRecorded // roll back: nothing to write
-			}
+	a, err := inTx(wctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(wctx, `INSERT INTO idempotency_keys (key, request_hash, order_id, event_id)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`, key.Key, key.RequestHash, o.ID, ev.ID)
+		if err != nil {
+			return fmt.Errorf("recording idempotency key: %w", err)
 		}
-		if err := tx.SendBatch(ctx, batch(writes)).Close(); err != nil {
+		if tag.RowsAffected() == 0 {
+			// A committed row holds the key (ON CONFLICT waited for any
+			// transaction inserting it); this statement's snapshot sees it,
+			// as every statement at READ COMMITTED takes a new one.
+			err := tx.QueryRow(wctx, `SELECT request_hash, order_id, event_id FROM idempotency_keys WHERE key = $1`, key.Key).
+				Scan(&recorded.hash, &recorded.orderID, &recorded.eventID)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Pruned between the two statements: let the caller retry.
+				return fmt.Errorf("%w: idempotency key vanished while being read", ErrUnavailable)
+			}
+			if err != nil {
+				return fmt.Errorf("reading idempotency key: %w", err)
+			}
+			recorded.found = true
+			return errKeyRecorded // roll back: nothing to write
+		}
+		if err := tx.SendBatch(wctx, batch(writes)).Close(); err != nil {
 			return err
 		}
-		return beforeCommit(ctx)
+		return beforeCommit(wctx)
 	})
 	switch {
 	case recorded.found:
@@ -176,9 +189,50 @@ func (s *Store) CreateOrder(ctx context.Context, o *Order, ev OutboxEvent, key *
 		}
 		return Created{Replayed: true, OrderID: recorded.orderID, EventID: recorded.eventID}, nil
 	case err != nil:
-		return Created{}, classify(fmt.Errorf("creating order %s: %w", o.ID, err))
+		outcome, cause := s.resolver.settle(wctx, err, a, ordersExist(o.ID), 1)
+		if outcome != nil {
+			return Created{}, &WriteError{Outcome: outcome, OrderID: o.ID, EventID: ev.ID, Err: cause}
+		}
+		created.Recovered = true
 	}
 	return created, nil
+}
+
+// writeAlone writes one create's statements in a pipeline of their own
+// with the statements sent ahead of the Sync (the armed before-commit
+// point's shape), under ctx's deadline but not its cancellation.
+func (s *Store) writeAlone(ctx context.Context, writes []statement, orderID, eventID uuid.UUID) (recovered bool, err error) {
+	wctx, cancel := detach(ctx)
+	defer cancel()
+	a, err := execPipeline(wctx, s.pool, writes, true, beforeCommit)
+	if err == nil {
+		return false, nil
+	}
+	outcome, cause := s.resolver.settle(wctx, err, a, ordersExist(orderID), 1)
+	if outcome == nil {
+		return true, nil
+	}
+	return false, &WriteError{Outcome: outcome, OrderID: orderID, EventID: eventID, Err: cause}
+}
+
+// inTx runs fn in a READ COMMITTED transaction and commits it. The
+// isolation is set, not left to the database's default: the reasoning of
+// the idempotency key and of the cancel's row lock (a statement waits for
+// a concurrent writer, then sees what it committed) holds only there. The
+// attempt tells whether COMMIT was sent.
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) (attempt, error) {
+	var a attempt
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return a, fmt.Errorf("beginning a transaction: %w", err)
+	}
+	a.pid = tx.Conn().PgConn().PID()
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx) // on a broken connection, closing it rolls back
+		return a, err
+	}
+	a.commitSent = true
+	return a, tx.Commit(ctx)
 }
 
 // errKeyRecorded rolls back a create whose idempotency key is already
@@ -236,68 +290,6 @@ func orderStatements(o *Order, skus []string, qtys []int32, prices []int64) []st
 
 func outboxStatement(ev OutboxEvent, headerJSON []byte) statement {
 	return statement{insertOutboxSQL, []any{pgUUID(ev.ID), ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headerJSON}}
-}
-
-// CancelEventFunc builds the OrderCancelled outbox event of an order that is
-// being cancelled; the order is passed as it will be stored.
-type CancelEventFunc func(cancelled Order) (OutboxEvent, error)
-
-// Cancelled is the outcome of CancelOrder.
-type Cancelled struct {
-	// Order is the order after the call, with its items.
-	Order Order
-	// Changed is false when the order was already cancelled: nothing was
-	// written and EventID is the zero UUID.
-	Changed bool
-	EventID uuid.UUID
-}
-
-// CancelOrder moves the order to cancelled at time at and writes the event
-// that event builds, in one transaction that holds the order's row lock. An
-// order in status created or processed is cancelled; one already cancelled is
-// returned unchanged; any other status gives ErrNotCancellable.
-func (s *Store) CancelOrder(ctx context.Context, id uuid.UUID, at time.Time, event CancelEventFunc) (Cancelled, error) {
-	var res Cancelled
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res = Cancelled{}
-		o, err := readOrder(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		switch o.Status {
-		case StatusCancelled:
-			res.Order = o
-			return nil
-		case StatusCreated, StatusProcessed:
-		default:
-			return fmt.Errorf("order %s in status %q: %w", id, o.Status, ErrNotCancellable)
-		}
-		o.Status, o.UpdatedAt = StatusCancelled, at
-		ev, err := event(o)
-		if err != nil {
-			return fmt.Errorf("building cancel event: %w", err)
-		}
-		headerJSON, err := encodeHeaders(ev.Headers)
-		if err != nil {
-			return err
-		}
-		writes := []statement{{cancelOrderSQL, []any{id, o.Status, o.UpdatedAt}}, outboxStatement(ev, headerJSON)}
-		if err := tx.SendBatch(ctx, batch(writes)).Close(); err != nil {
-			return err
-		}
-		if err := beforeCommit(ctx); err != nil {
-			return err
-		}
-		res = Cancelled{Order: o, Changed: true, EventID: ev.ID}
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, ErrOrderNotFound) || errors.Is(err, ErrNotCancellable) {
-			return Cancelled{}, err
-		}
-		return Cancelled{}, classify(fmt.Errorf("cancelling order %s: %w", id, err))
-	}
-	return res, nil
 }
 
 // GetOrder returns the order with its items.

@@ -165,8 +165,9 @@ func TestCreateOrderIsAtomic(t *testing.T) {
 // without a key, the pipeline's implicit transaction, every statement
 // executed and no Sync yet (state active on the outbox insert, never "idle in
 // transaction", which an explicit BEGIN would show); with a key, the explicit
-// transaction waiting for COMMIT. Nothing is visible before the commit, a
-// failing point rolls everything back, and the pool stays usable.
+// transaction waiting for COMMIT. Its caller's cancellation does not cut
+// the held write off, its deadline does. Nothing is visible before the
+// commit, a failing point rolls everything back, and the pool stays usable.
 func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 	env := testenv.New(t)
 	s := New(env.Pool)
@@ -201,11 +202,11 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := rowCount(t)
 
-			// delay: the point holds the write until the caller gives up.
+			// delay: the point holds the write until the caller's deadline.
 			if err := failpoint.Arm(failpoint.APIBeforeCommit + "=1*delay(10m)"); err != nil {
 				t.Fatal(err)
 			}
-			cctx, cancel := context.WithCancel(ctx)
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			o, ev := newOrder(t)
 			done := make(chan error, 1)
@@ -235,9 +236,11 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 			if n := rowCount(t); n != before {
 				t.Fatalf("rows visible before the commit: %d, want %d", n, before)
 			}
+			// The caller's cancellation does not cut the write off; its
+			// deadline does, before the commit: nothing was written.
 			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Fatalf("create held at the failpoint, then cancelled: %v, want context.Canceled", err)
+			if err := <-done; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotWritten) {
+				t.Fatalf("create held at the failpoint until its deadline: %v, want context.DeadlineExceeded and ErrNotWritten", err)
 			}
 			testenv.Eventually(t, 10*time.Second, "the held write rolled back", func() error {
 				var open int
@@ -287,5 +290,121 @@ func TestBeforeCommitFailpointIsOnTheProductionPath(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// TestListOrdersPagesWithALateCommit: the listing's order is create_time
+// (the api's clock when the create arrived), not commit order. A create
+// that took its time before the first page was read and committed after it
+// appears on a later page when its time is older than the previous page's
+// last order; one that arrived after the first page, newer than it, does
+// not. No order appears on two pages, and every order committed before the
+// first page appears on exactly one.
+func TestListOrdersPagesWithALateCommit(t *testing.T) {
+	env := testenv.New(t)
+	s := New(env.Pool)
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Microsecond)
+	at := func(o *Order, minutes int) *Order {
+		o.CreatedAt = base.Add(time.Duration(minutes) * time.Minute)
+		o.UpdatedAt = o.CreatedAt
+		return o
+	}
+	var committed []*Order // before the first page, oldest first
+	for i := range 5 {
+		o, ev := newOrder(t)
+		if _, err := s.CreateOrder(ctx, at(o, 2*i), ev, nil); err != nil {
+			t.Fatal(err)
+		}
+		committed = append(committed, o)
+	}
+	// The late create's time lies between the 2nd and 3rd oldest orders,
+	// older than the first page's last order; it waits inside PostgreSQL
+	// until the first page has been read.
+	lock, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE outbox IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	late, lateEv := newOrder(t)
+	lateDone := make(chan error, 1)
+	go func() { _, err := s.CreateOrder(ctx, at(late, 3), lateEv, nil); lateDone <- err }()
+	waitLocked(t, env, "outbox")
+
+	page1, err := s.ListOrders(ctx, ListQuery{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-lateDone; err != nil {
+		t.Fatalf("late create: %v", err)
+	}
+	newer, newerEv := newOrder(t)
+	if _, err := s.CreateOrder(ctx, at(newer, 60), newerEv, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	pages := [][]Order{page1}
+	for last := page1[len(page1)-1]; ; {
+		page, err := s.ListOrders(ctx, ListQuery{Limit: 2, After: &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		pages = append(pages, page)
+		last = page[len(page)-1]
+	}
+	seen := map[uuid.UUID]int{} // order → page
+	for i, page := range pages {
+		for _, o := range page {
+			if p, ok := seen[o.ID]; ok {
+				t.Fatalf("order %s on pages %d and %d", o.ID, p, i)
+			}
+			seen[o.ID] = i
+		}
+	}
+	for _, o := range committed {
+		if _, ok := seen[o.ID]; !ok {
+			t.Errorf("order %s, committed before the first page, is on no page", o.ID)
+		}
+	}
+	if p, ok := seen[late.ID]; !ok || p == 0 {
+		t.Errorf("late order: on page %d (listed: %v); want a later page than the first", p, ok)
+	}
+	if _, ok := seen[newer.ID]; ok {
+		t.Errorf("an order newer than the first page is on a later page")
+	}
+}
+
+// TestCancelNeverMovesUpdatedAtBack: a cancel whose time is older than
+// the order's last change (another api replica's clock behind) keeps the
+// last change's time.
+func TestCancelNeverMovesUpdatedAtBack(t *testing.T) {
+	env := testenv.New(t)
+	s := New(env.Pool)
+	ctx := context.Background()
+	o, ev := newOrder(t)
+	if _, err := s.CreateOrder(ctx, o, ev, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.CancelOrder(ctx, o.ID, o.UpdatedAt.Add(-time.Minute), func(o Order) (OutboxEvent, error) {
+		return OutboxEvent{ID: uuid.Must(uuid.NewV7()), AggregateType: contract.AggregateOrder, AggregateID: o.ID.String(), Type: contract.TypeOrderCancelled, Payload: []byte(`{}`)}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored time.Time
+	if err := env.Pool.QueryRow(ctx, `SELECT updated_at FROM orders WHERE id = $1`, o.ID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Order.UpdatedAt.Equal(o.UpdatedAt) || !stored.Equal(o.UpdatedAt) {
+		t.Fatalf("updated_at answered %s, stored %s; want the last change's %s", res.Order.UpdatedAt, stored, o.UpdatedAt)
 	}
 }

@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 
 // publisher is what a worker needs of the Kafka publisher.
 type publisher interface {
-	Publish(ctx context.Context, ev *decode.Event, opaque any) error
+	Publish(ctx context.Context, ev *decode.Event, group, opaque any) error
 }
 
 // worker claims, publishes and deletes the rows of one bucket.
@@ -225,7 +225,7 @@ func (w *worker) relayBatch(ctx context.Context) (int, error) {
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID
-		if err := w.pub.Publish(ctx, ev, b); err != nil {
+		if err := w.pub.Publish(ctx, ev, b, b); err != nil {
 			return 0, err
 		}
 	}

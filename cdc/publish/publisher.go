@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -21,14 +22,38 @@ import (
 // order librdkafka reports deliveries.
 type DeliveryFunc func(opaque any, err error)
 
-// Publisher wraps an idempotent Kafka producer.
+// Publisher wraps an idempotent Kafka producer and keeps each key's records
+// in call order across groups (order.go).
 type Publisher struct {
-	producer *kafka.Producer
-	router   Router
-	logger   *slog.Logger
-	logs     chan kafka.LogEvent
-	done     chan struct{}
+	producer   *kafka.Producer
+	router     Router
+	logger     *slog.Logger
+	logs       chan kafka.LogEvent
+	onDelivery DeliveryFunc
+	gate       *gate
+	// failures carries records that failed without reaching librdkafka to
+	// the delivery-report goroutine, which reports them.
+	failures chan failure
+	done     chan struct{} // the delivery-report goroutine ended
+	stop     chan struct{} // closed by Close: the releaser stops
+	released chan struct{} // the releaser ended
 	fatal    chan error
+	// stopped is set once a fatal error stopped the producer: nothing it
+	// holds will be delivered, so Close does not wait for it.
+	stopped atomic.Bool
+}
+
+// tracked is a record's opaque while the publisher holds it: the key it is
+// ordered by and the caller's opaque.
+type tracked struct {
+	key    string
+	opaque any
+}
+
+// failure is a record that failed before librdkafka had it.
+type failure struct {
+	msg *kafka.Message
+	err error
 }
 
 // Options configure a Publisher.
@@ -46,7 +71,11 @@ func New(opts Options, logger *slog.Logger, onDelivery DeliveryFunc) (*Publisher
 	logs := make(chan kafka.LogEvent, 128)
 	cfg := kafkaconf.Base(opts.Bootstrap, opts.ClientID, logs)
 	producerSettings := kafka.ConfigMap{
-		"enable.idempotence":        true,
+		"enable.idempotence": true,
+		// Every publisher partitions alike, so a replay puts an order's
+		// record where the relay put its others: CRC-32 of the key
+		// (librdkafka's default, written out so that it is never changed).
+		"partitioner":               "consistent_random",
 		"acks":                      "all",
 		"linger.ms":                 5,
 		"compression.type":          "lz4",
@@ -62,9 +91,14 @@ func New(opts Options, logger *slog.Logger, onDelivery DeliveryFunc) (*Publisher
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka producer: %w", err)
 	}
-	pub := &Publisher{producer: p, router: opts.Router, logger: logger, logs: logs, done: make(chan struct{}), fatal: make(chan error, 1)}
+	pub := &Publisher{
+		producer: p, router: opts.Router, logger: logger, logs: logs, onDelivery: onDelivery,
+		gate: newGate(), failures: make(chan failure, 64),
+		done: make(chan struct{}), stop: make(chan struct{}), released: make(chan struct{}), fatal: make(chan error, 1),
+	}
 	go kafkaconf.BridgeLogs(logs, logger)
-	go pub.deliveries(onDelivery)
+	go pub.deliveries()
+	go pub.releaser()
 	return pub, nil
 }
 
@@ -73,64 +107,159 @@ func New(opts Options, logger *slog.Logger, onDelivery DeliveryFunc) (*Publisher
 // caller must resume from the last confirmed LSN, never skip.
 func (p *Publisher) Fatal() <-chan error { return p.fatal }
 
-func (p *Publisher) deliveries(onDelivery DeliveryFunc) {
+func (p *Publisher) deliveries() {
 	defer close(p.done)
-	for e := range p.producer.Events() {
-		switch ev := e.(type) {
-		case *kafka.Message:
-			onDelivery(tracing.EndPublish(ev.Opaque, ev.TopicPartition.Error), ev.TopicPartition.Error)
-		case kafka.Error:
-			if ev.IsFatal() {
-				select {
-				case p.fatal <- ev:
-				default:
-				}
-				p.logger.Error("kafka producer fatal error", "err", ev)
-				continue
+	events := p.producer.Events()
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				p.reportFailures()
+				return
 			}
-			p.logger.Warn("kafka producer error", "err", ev, "retriable", ev.IsRetriable())
+			switch ev := e.(type) {
+			case *kafka.Message:
+				p.settle(ev, ev.TopicPartition.Error)
+			case kafka.Error:
+				if ev.IsFatal() {
+					p.stopped.Store(true)
+					select {
+					case p.fatal <- ev:
+					default:
+					}
+					p.logger.Error("kafka producer fatal error", "err", ev)
+					continue
+				}
+				p.logger.Warn("kafka producer error", "err", ev, "retriable", ev.IsRetriable())
+			}
+		case f := <-p.failures:
+			p.settle(f.msg, f.err)
 		}
 	}
 }
 
-// Publish hands ev to the producer. It returns once the record is queued;
-// the outcome arrives through the DeliveryFunc with opaque. When the local
-// queue is full it waits for room, so a slow broker slows the reader down.
-func (p *Publisher) Publish(ctx context.Context, ev *decode.Event, opaque any) error {
-	return p.PublishTo(ctx, ev, p.router.Topic(ev.AggregateType), opaque)
+// reportFailures reports the failures still queued when the producer closed.
+func (p *Publisher) reportFailures() {
+	for {
+		select {
+		case f := <-p.failures:
+			p.settle(f.msg, f.err)
+		default:
+			return
+		}
+	}
 }
 
-// PublishTo is Publish to topic instead of the routed one.
-func (p *Publisher) PublishTo(ctx context.Context, ev *decode.Event, topic string, opaque any) error {
-	msg := Record(ev, topic)
-	msg.Opaque = opaque
-	tracing.StartPublish(ctx, msg) // span until the ack; the record's traceparent names it
+// settle reports a record's outcome, and fails the records of its key that
+// waited behind it when it failed. Only the delivery-report goroutine calls
+// it.
+func (p *Publisher) settle(msg *kafka.Message, err error) {
+	t := tracing.EndPublish(msg.Opaque, err).(*tracked)
+	behind := p.gate.settle(t.key, err)
+	p.onDelivery(t.opaque, err)
+	for _, m := range behind {
+		p.onDelivery(tracing.EndPublish(m.Opaque, ErrEarlierFailed).(*tracked).opaque, ErrEarlierFailed)
+	}
+}
+
+// releaser produces the records the gate lets go once their key's earlier
+// records are acknowledged.
+func (p *Publisher) releaser() {
+	defer close(p.released)
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.gate.wake:
+		}
+		for _, msg := range p.gate.release() {
+			if err := p.produce(msg, p.stop); err != nil {
+				// The delivery goroutine runs until Close has stopped
+				// this one, so it takes the failure.
+				p.failures <- failure{msg: msg, err: err}
+			}
+		}
+	}
+}
+
+// produce hands msg to librdkafka, waiting while its queue is full until
+// done is closed.
+func (p *Publisher) produce(msg *kafka.Message, done <-chan struct{}) error {
 	for {
 		err := p.producer.Produce(msg, nil)
 		var kerr kafka.Error
-		if err == nil {
-			return nil
-		}
-		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrQueueFull {
-			tracing.EndPublish(msg.Opaque, err)
-			return fmt.Errorf("producing event %s: %w", ev.ID, err)
+		if err == nil || !errors.As(err, &kerr) || kerr.Code() != kafka.ErrQueueFull {
+			return err
 		}
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-done:
+			return kafka.NewError(kafka.ErrPurgeQueue, "publisher closed", false)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
 
+// Publish hands ev to the producer in group (the relay's group is its
+// PostgreSQL transaction): Kafka gets it after every record of its key
+// (aggregate ID) handed over earlier in another group, and nothing of that
+// key once one of its records failed (order.go). It returns once the record
+// is queued — in librdkafka or behind its key's earlier records; the
+// outcome arrives through the DeliveryFunc with opaque. When librdkafka's
+// queue is full it waits for room, so a slow broker slows the caller down.
+func (p *Publisher) Publish(ctx context.Context, ev *decode.Event, group, opaque any) error {
+	return p.PublishTo(ctx, ev, p.router.Topic(ev.AggregateType), group, opaque)
+}
+
+// PublishTo is Publish to topic instead of the routed one.
+func (p *Publisher) PublishTo(ctx context.Context, ev *decode.Event, topic string, group, opaque any) error {
+	msg := Record(ev, topic)
+	msg.Opaque = &tracked{key: ev.AggregateID, opaque: opaque}
+	tracing.StartPublish(ctx, msg) // span until the ack; the record's traceparent names it
+	switch p.gate.admit(ev.AggregateID, group, msg) {
+	case held:
+		return nil
+	case refused:
+		tracing.EndPublish(msg.Opaque, ErrEarlierFailed)
+		return fmt.Errorf("producing event %s: %w", ev.ID, ErrEarlierFailed)
+	}
+	err := p.produce(msg, ctx.Done())
+	if err == nil {
+		return nil
+	}
+	tracing.EndPublish(msg.Opaque, err)
+	for _, m := range p.gate.settle(ev.AggregateID, err) {
+		p.failures <- failure{msg: m, err: ErrEarlierFailed}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("producing event %s: %w", ev.ID, err)
+}
+
 // Close waits up to timeout for queued records to be delivered (their
-// outcomes still reach the DeliveryFunc), purges what is left — queued and
-// in flight, so a producer whose records never time out still closes while
-// Kafka is unreachable — then closes the producer and returns how many
-// records were left undelivered. A purged record is reported as failed; it
-// may still have reached the broker (a duplicate, never a loss).
+// outcomes still reach the DeliveryFunc; not at all after a fatal error),
+// purges what is left — queued, in flight, and held behind earlier records
+// of their key, so a producer whose records never time out still closes
+// while Kafka is unreachable — then closes the producer and returns how
+// many records were left undelivered. A purged record is reported as
+// failed; it may still have reached the broker (a duplicate, never a loss).
 func (p *Publisher) Close(timeout time.Duration) int {
-	left := p.producer.Flush(int(timeout / time.Millisecond))
+	if p.stopped.Load() {
+		timeout = 0
+	}
+	deadline := time.Now().Add(timeout)
+	left := 0
+	for {
+		wait := max(time.Until(deadline), 0)
+		left = p.producer.Flush(int(min(wait, 100*time.Millisecond) / time.Millisecond))
+		held := p.gate.holding()
+		if (left == 0 && held == 0) || wait == 0 {
+			left += held
+			break
+		}
+	}
+	close(p.stop)
+	<-p.released
 	if left > 0 {
 		if err := p.producer.Purge(kafka.PurgeQueue | kafka.PurgeInFlight | kafka.PurgeNonBlocking); err != nil {
 			p.logger.Warn("purging undelivered records", "err", err)
@@ -141,6 +270,10 @@ func (p *Publisher) Close(timeout time.Duration) int {
 	p.producer.Close()
 	<-p.done
 	close(p.logs)
+	purged := kafka.NewError(kafka.ErrPurgeQueue, "purged at close: held behind an earlier record of its key", false)
+	for _, m := range p.gate.drop() {
+		p.onDelivery(tracing.EndPublish(m.Opaque, purged).(*tracked).opaque, purged)
+	}
 	return left
 }
 

@@ -164,7 +164,7 @@ EventForge is running.
   Kafka          %[4]s   (topic %[6]s)
 
 Try:
-  curl -s -XPOST %[1]s/v1/orders -d '{"customer_id":"c-1","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price_cents":1999}]}'
+  curl -s -XPOST %[1]s/v1/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' -d '{"customer_id":"c-1","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price_cents":1999}]}'
 
 Press Ctrl-C to stop EventForge; `+"`make stop`"+` stops PostgreSQL and Kafka.
 `, addrs.HTTP, addrs.GRPC, dsn, brokers, metricsList(metricsSources), topic)

@@ -18,6 +18,10 @@ const (
 	// first event produced after an earlier event of the same transaction
 	// was acknowledged by Kafka, or else just before the COMMIT.
 	CDCMidTransaction = "cdc.mid_transaction"
+	// CDCBeforeStartReplication fires when the reader has checked its slot
+	// against the checkpoint and before it starts streaming from it: the
+	// moment another client can drop and recreate the slot unseen.
+	CDCBeforeStartReplication = "cdc.before_start_replication"
 	// ConsumerBeforeDBCommit fires after the handler applied the change and
 	// before the transaction commits.
 	ConsumerBeforeDBCommit = "consumer.before_db_commit"
@@ -35,6 +39,7 @@ func Points() []string {
 		APIBeforeCommit,
 		CDCAfterAckBeforeConfirm,
 		CDCMidTransaction,
+		CDCBeforeStartReplication,
 		ConsumerBeforeDBCommit,
 		ConsumerAfterDBCommitBeforeOffset,
 		ConsumerAfterDLQAckBeforeOffset,

@@ -26,6 +26,11 @@ type ClusterConfig struct {
 	StateDir string
 	// Nodes is the node count; default 3.
 	Nodes int
+	// ExternalHost, when set, gives every node a second client listener on
+	// this address (a free port), advertised as such: for clients in a
+	// network namespace that reach the host through it
+	// (KafkaCluster.ExternalBootstrap).
+	ExternalHost string
 }
 
 // KafkaCluster is a running multi-node cluster. Its nodes can be killed,
@@ -33,15 +38,19 @@ type ClusterConfig struct {
 type KafkaCluster struct {
 	// Bootstrap lists every node's client address.
 	Bootstrap string
-	java      string
-	log       *slog.Logger
-	nodes     []*clusterNode
+	// ExternalBootstrap lists every node's external listener, when
+	// ClusterConfig.ExternalHost is set.
+	ExternalBootstrap string
+	java              string
+	log               *slog.Logger
+	nodes             []*clusterNode
 }
 
 type clusterNode struct {
 	id          int
 	l           layout
 	port, cport int
+	external    string // host:port of the external listener, or ""
 	pid         int
 }
 
@@ -65,14 +74,18 @@ func StartKafkaCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger)
 	if err := resolveKafkaJars(ctx, shared, t.mvn, log); err != nil {
 		return nil, fmt.Errorf("resolving kafka jars: %w", err)
 	}
-	ports, err := freeport.Ports(2 * cfg.Nodes)
+	ports, err := freeport.Ports(3 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}
 	c := &KafkaCluster{java: t.java, log: log}
-	var voters, bootstrap []string
+	var voters, bootstrap, external []string
 	for i := range cfg.Nodes {
-		n := &clusterNode{id: i + 1, port: ports[2*i], cport: ports[2*i+1]}
+		n := &clusterNode{id: i + 1, port: ports[3*i], cport: ports[3*i+1]}
+		if cfg.ExternalHost != "" {
+			n.external = fmt.Sprintf("%s:%d", cfg.ExternalHost, ports[3*i+2])
+			external = append(external, n.external)
+		}
 		n.l = newLayout(filepath.Join(cfg.StateDir, fmt.Sprintf("node-%d", n.id)))
 		n.l.kafkaLibs = shared.kafkaLibs
 		c.nodes = append(c.nodes, n)
@@ -80,6 +93,7 @@ func StartKafkaCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger)
 		bootstrap = append(bootstrap, fmt.Sprintf("127.0.0.1:%d", n.port))
 	}
 	c.Bootstrap = strings.Join(bootstrap, ",")
+	c.ExternalBootstrap = strings.Join(external, ",")
 	for _, n := range c.nodes {
 		if err := n.configure(strings.Join(voters, ","), cfg.Nodes); err != nil {
 			return nil, err
@@ -117,7 +131,7 @@ func (n *clusterNode) configure(voters string, nodes int) error {
 	props, err := render("cluster-server.properties", map[string]string{
 		"NodeID": strconv.Itoa(n.id), "KafkaPort": strconv.Itoa(n.port), "ControllerPort": strconv.Itoa(n.cport),
 		"Voters": voters, "DataDir": n.l.kafkaData, "Replication": strconv.Itoa(nodes), "MinISR": strconv.Itoa(max(1, nodes-1)),
-		"SessionTimeoutMS": strconv.Itoa(sessionTimeoutMS(nodes)),
+		"SessionTimeoutMS": strconv.Itoa(sessionTimeoutMS(nodes)), "External": n.external,
 	})
 	if err != nil {
 		return err
@@ -187,7 +201,25 @@ func (c *KafkaCluster) Kill(i int) error {
 	return nil
 }
 
-// Restart starts node i again (after Kill) and waits until it answers.
+// Stop stops node i gracefully (SIGTERM, and SIGCONT in case it is
+// paused) and waits until it exited; SIGKILL after kafkaStopTimeout.
+func (c *KafkaCluster) Stop(ctx context.Context, i int) error {
+	n := c.nodes[i]
+	_ = signalGroup(n.pid, syscall.SIGCONT)
+	if err := signalGroup(n.pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stopping node %d: %w", n.id, err)
+	}
+	if !waitExit(ctx, n.pid, kafkaStopTimeout) {
+		_ = signalGroup(n.pid, syscall.SIGKILL)
+		if !waitExit(context.WithoutCancel(ctx), n.pid, 10*time.Second) {
+			return fmt.Errorf("node %d (pid %d) did not exit", n.id, n.pid)
+		}
+	}
+	return nil
+}
+
+// Restart starts node i again (after Kill or Stop) and waits until it
+// answers.
 func (c *KafkaCluster) Restart(ctx context.Context, i int) error {
 	if err := c.startNode(i); err != nil {
 		return err

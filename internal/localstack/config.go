@@ -82,6 +82,11 @@ type Config struct {
 	// PGSettings are postgresql.conf lines appended to the stack's settings
 	// (deploy/local/postgresql.conf), rewritten at every start.
 	PGSettings []string
+	// PGClientNetworks are networks (CIDR) whose clients pg_hba.conf admits
+	// beside loopback, written when the cluster is created: tests that run
+	// a process in a network namespace of their own. The server also needs
+	// to listen there (listen_addresses in PGSettings).
+	PGClientNetworks []string
 	// PostgresOnly starts PostgreSQL without Kafka: Up neither starts a
 	// broker nor creates topics, and Endpoints.KafkaBootstrap is empty.
 	PostgresOnly bool

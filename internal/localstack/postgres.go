@@ -53,7 +53,7 @@ func upPostgres(ctx context.Context, cfg Config, l layout, dist pgbin.Dist, log 
 		return false, err
 	}
 	if !fileExists(l.pgReady) {
-		if err := initCluster(ctx, l, owner, dist, password, log); err != nil {
+		if err := initCluster(ctx, l, owner, dist, password, cfg.PGClientNetworks, log); err != nil {
 			return false, fmt.Errorf("creating postgres cluster in %s: %w", l.pgData, err)
 		}
 	}
@@ -106,10 +106,10 @@ func adminPassword(l layout) (string, error) {
 	return pw, nil
 }
 
-// initCluster runs initdb and installs the stack's pg_hba.conf and the
-// include of its settings. A half-made data dir from an interrupted run is
-// removed first.
-func initCluster(ctx context.Context, l layout, owner pgOwner, dist pgbin.Dist, password string, log *slog.Logger) error {
+// initCluster runs initdb and installs the stack's pg_hba.conf (admitting
+// clients of networks too, beside loopback) and the include of its
+// settings. A half-made data dir from an interrupted run is removed first.
+func initCluster(ctx context.Context, l layout, owner pgOwner, dist pgbin.Dist, password string, networks []string, log *slog.Logger) error {
 	begin := time.Now()
 	if err := os.RemoveAll(l.pgData); err != nil {
 		return fmt.Errorf("removing incomplete data dir: %w", err)
@@ -134,6 +134,9 @@ func initCluster(ctx context.Context, l layout, owner pgOwner, dist pgbin.Dist, 
 	hba, err := local.Files.ReadFile("pg_hba.conf")
 	if err != nil {
 		return fmt.Errorf("reading embedded pg_hba.conf: %w", err)
+	}
+	for _, n := range networks {
+		hba = fmt.Appendf(hba, "host    all          all   %s  scram-sha-256\nhost    replication  all   %s  scram-sha-256\n", n, n)
 	}
 	if err := owner.writeFile(l.pgHBA, hba, 0o600); err != nil {
 		return err

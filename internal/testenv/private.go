@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,6 +43,16 @@ func WithPGVersion(major int) PrivateOption {
 // WithPGSettings appends postgresql.conf lines to the stack's settings.
 func WithPGSettings(lines ...string) PrivateOption {
 	return func(c *localstack.Config) { c.PGSettings = append(c.PGSettings, lines...) }
+}
+
+// WithClientNetwork lets processes on network n (namespaces of a test)
+// connect: the server also listens on n's bridge address, and pg_hba.conf
+// admits n's subnet.
+func WithClientNetwork(n *Network) PrivateOption {
+	return func(c *localstack.Config) {
+		c.PGClientNetworks = append(c.PGClientNetworks, n.CIDR)
+		c.PGSettings = append(c.PGSettings, fmt.Sprintf("listen_addresses = '127.0.0.1, %s'", n.HostAddr))
+	}
 }
 
 // WithoutKafka starts PostgreSQL only: the stack has no broker and
@@ -156,6 +167,37 @@ func (p *Private) StopPostgres(t testing.TB, immediate bool) {
 	waitProcessGone(t, st.Postgres.PID, 2*time.Minute)
 }
 
+// RestartPostgres stops the private PostgreSQL server with an immediate
+// shutdown (SIGQUIT: no shutdown checkpoint, crash recovery at the start)
+// and starts it again after pause. It returns an error instead of failing
+// the test, for callers that run off the test's goroutine.
+func (p *Private) RestartPostgres(ctx context.Context, pause time.Duration) error {
+	st, err := localstack.Status(ctx, p.Config)
+	if err != nil {
+		return err
+	}
+	if st.Postgres.PID == 0 {
+		return errors.New("postgres does not run")
+	}
+	if err := syscall.Kill(st.Postgres.PID, syscall.SIGQUIT); err != nil {
+		return fmt.Errorf("stopping postgres (pid %d): %w", st.Postgres.PID, err)
+	}
+	for !processGone(st.Postgres.PID) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(pause):
+	}
+	_, err = localstack.Up(ctx, p.Config, p.logger)
+	return err
+}
+
 // Start starts whatever of the private stack is not running (Up is
 // idempotent) and waits until both services answer.
 func (p *Private) Start(t testing.TB) {
@@ -180,18 +222,21 @@ func (p *Private) status(t testing.TB) localstack.StatusReport {
 func waitProcessGone(t testing.TB, pid int, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && s[i+2] == 'Z' {
-			return
-		}
+	for !processGone(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("pid %d still running after %s", pid, timeout)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }

@@ -94,6 +94,19 @@ func (s *Standby) Promote(t testing.TB) {
 	}
 }
 
+// Failover SIGKILLs the private stack's primary and promotes s. It returns
+// an error instead of failing the test, for callers that run off the
+// test's goroutine.
+func (s *Standby) Failover(ctx context.Context) error {
+	if _, err := localstack.KillPostgres(ctx, s.p.Config); err != nil {
+		return fmt.Errorf("killing the primary: %w", err)
+	}
+	if err := s.s.Promote(ctx); err != nil {
+		return fmt.Errorf("promoting standby %s: %w", s.Name, err)
+	}
+	return nil
+}
+
 // PID returns the standby's postmaster pid, 0 when it does not run.
 func (s *Standby) PID() int { return s.s.PID() }
 

@@ -169,10 +169,11 @@ type Order struct {
 	TotalCents int64 `protobuf:"varint,5,opt,name=total_cents,json=totalCents,proto3" json:"total_cents,omitempty"`
 	// Current lifecycle state. Never ORDER_STATUS_UNSPECIFIED.
 	Status OrderStatus `protobuf:"varint,6,opt,name=status,proto3,enum=eventforge.v1.OrderStatus" json:"status,omitempty"`
-	// When the order was created (the commit of the creating transaction, as
-	// seen by the server).
+	// When the order was created: the clock of the api process that received
+	// the create, when it received it (not when the create committed).
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// When the order last changed. Equal to create_time until the first change.
+	// When the order last changed. Equal to create_time until the first change;
+	// never earlier than the change before.
 	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -278,10 +279,12 @@ type CreateOrderRequest struct {
 	Currency string `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
 	// The order lines. Required: 1 to 100 items, each valid on its own.
 	Items []*OrderItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
-	// Optional client-chosen idempotency key, 1 to 255 printable ASCII
-	// characters (a UUID is a good choice). A retry of the same request with
-	// the same key returns the first call's order instead of creating another;
-	// the same key with a different request is refused with ALREADY_EXISTS.
+	// Client-chosen idempotency key, 1 to 255 printable ASCII characters (a
+	// UUID is a good choice): send one with every create that may be retried.
+	// A retry of the same request with the same key returns the first call's
+	// order instead of creating another, whatever the first call was
+	// answered; the same key with a different request is refused with
+	// ALREADY_EXISTS.
 	// Over REST the Idempotency-Key header carries it (the REST document
 	// describes only the header); when both the header and this field are set
 	// they must be equal. Empty means no key.
@@ -587,8 +590,8 @@ type ListOrdersResponse struct {
 	// The orders of this page, newest first (by create_time, then order_id).
 	Orders []*Order `protobuf:"bytes,1,rep,name=orders,proto3" json:"orders,omitempty"`
 	// Token for the next page; empty when this is the last page. Opaque to
-	// clients. Orders created after the first page was read do not appear on
-	// later pages.
+	// clients. The next page holds orders older than this page's last order
+	// only (see ListOrders).
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

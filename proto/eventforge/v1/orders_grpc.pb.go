@@ -44,11 +44,32 @@ const (
 // declared on it as buf.validate (protovalidate) rules: the server enforces
 // exactly these, and the served OpenAPI document carries them. No string
 // field accepts a control character (Unicode category Cc: U+0000-U+001F,
-// U+007F-U+009F); UNAVAILABLE (REST 503) when the order store
-// cannot be reached, in which case nothing was written; DEADLINE_EXCEEDED
-// (REST 504) when the caller's deadline ran out, in which case the change was
-// rolled back unless its commit had already completed. Internal error text is
-// never returned to the caller.
+// U+007F-U+009F). Refusals (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
+// FAILED_PRECONDITION, RESOURCE_EXHAUSTED) write nothing.
+//
+// What a failed CreateOrder or CancelOrder left behind is told by a
+// google.rpc.ErrorInfo detail of domain "eventforge.v1", with the metadata
+// "order_id" and "event_id" of the order and event it was writing, whatever
+// the code:
+//   - Reason NOT_WRITTEN: nothing was written, and nothing of the call will
+//     be; it may be sent again as it is, with or without a key. Carried by
+//     UNAVAILABLE (REST 503: the order store could not be reached, or
+//     refused the write for a passing reason such as a lock timeout or a
+//     serialization failure), DEADLINE_EXCEEDED (504), CANCELLED (499) and
+//     INTERNAL (500).
+//   - Reason OUTCOME_UNKNOWN: the commit was sent, its answer was lost, and
+//     the server could not find out whether it took effect: the order (or
+//     the cancel) may exist. Carried by UNKNOWN (REST 500) and
+//     DEADLINE_EXCEEDED (504). GetOrder of order_id tells whether the order
+//     exists; a create may be sent again only under the same idempotency
+//     key. A cancel may always be sent again.
+//
+// A failure without that detail leaves the outcome unknown too: above all
+// DEADLINE_EXCEEDED raised by the client's own deadline (over REST, the
+// gateway's Grpc-Timeout: 504), and UNAVAILABLE, CANCELLED or a 502/503/504
+// from a transport or a proxy. A create that may be retried therefore
+// carries an idempotency key. Internal error text is never returned to the
+// caller.
 type OrderServiceClient interface {
 	// CreateOrder validates the request, computes the order total and stores a
 	// new order in status ORDER_STATUS_CREATED together with its OrderCreated
@@ -62,6 +83,10 @@ type OrderServiceClient interface {
 	// nothing. Keys are kept for the server's idempotency window (24 hours by
 	// default) and may be forgotten after it.
 	//
+	// Without a key, a create answered with anything but a success, a refusal
+	// or NOT_WRITTEN must not be sent again: it may have created the order,
+	// and a second call would create another.
+	//
 	// REST: POST /v1/orders with the request as the JSON body (at most 1 MiB;
 	// a larger body is refused with 413).
 	CreateOrder(ctx context.Context, in *CreateOrderRequest, opts ...grpc.CallOption) (*CreateOrderResponse, error)
@@ -72,8 +97,14 @@ type OrderServiceClient interface {
 	//
 	// REST: GET /v1/orders/{order_id}.
 	GetOrder(ctx context.Context, in *GetOrderRequest, opts ...grpc.CallOption) (*GetOrderResponse, error)
-	// ListOrders returns orders newest first, optionally filtered by customer
-	// and status, one page at a time.
+	// ListOrders returns orders newest first (by create_time, then order_id),
+	// optionally filtered by customer and status, one page at a time. A later
+	// page holds only orders older than the last order of the page before it,
+	// so no order appears on two pages, and every order that existed when the
+	// first page was read, and still matches the filters, appears on one. An
+	// order whose create was still being written when a page was read can
+	// appear on a later page, if its create_time is older than that page's
+	// last order.
 	//
 	// Errors: INVALID_ARGUMENT when a filter is malformed, page_size is
 	// negative, or page_token is malformed or was issued for other filters.
@@ -161,11 +192,32 @@ func (c *orderServiceClient) CancelOrder(ctx context.Context, in *CancelOrderReq
 // declared on it as buf.validate (protovalidate) rules: the server enforces
 // exactly these, and the served OpenAPI document carries them. No string
 // field accepts a control character (Unicode category Cc: U+0000-U+001F,
-// U+007F-U+009F); UNAVAILABLE (REST 503) when the order store
-// cannot be reached, in which case nothing was written; DEADLINE_EXCEEDED
-// (REST 504) when the caller's deadline ran out, in which case the change was
-// rolled back unless its commit had already completed. Internal error text is
-// never returned to the caller.
+// U+007F-U+009F). Refusals (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
+// FAILED_PRECONDITION, RESOURCE_EXHAUSTED) write nothing.
+//
+// What a failed CreateOrder or CancelOrder left behind is told by a
+// google.rpc.ErrorInfo detail of domain "eventforge.v1", with the metadata
+// "order_id" and "event_id" of the order and event it was writing, whatever
+// the code:
+//   - Reason NOT_WRITTEN: nothing was written, and nothing of the call will
+//     be; it may be sent again as it is, with or without a key. Carried by
+//     UNAVAILABLE (REST 503: the order store could not be reached, or
+//     refused the write for a passing reason such as a lock timeout or a
+//     serialization failure), DEADLINE_EXCEEDED (504), CANCELLED (499) and
+//     INTERNAL (500).
+//   - Reason OUTCOME_UNKNOWN: the commit was sent, its answer was lost, and
+//     the server could not find out whether it took effect: the order (or
+//     the cancel) may exist. Carried by UNKNOWN (REST 500) and
+//     DEADLINE_EXCEEDED (504). GetOrder of order_id tells whether the order
+//     exists; a create may be sent again only under the same idempotency
+//     key. A cancel may always be sent again.
+//
+// A failure without that detail leaves the outcome unknown too: above all
+// DEADLINE_EXCEEDED raised by the client's own deadline (over REST, the
+// gateway's Grpc-Timeout: 504), and UNAVAILABLE, CANCELLED or a 502/503/504
+// from a transport or a proxy. A create that may be retried therefore
+// carries an idempotency key. Internal error text is never returned to the
+// caller.
 type OrderServiceServer interface {
 	// CreateOrder validates the request, computes the order total and stores a
 	// new order in status ORDER_STATUS_CREATED together with its OrderCreated
@@ -179,6 +231,10 @@ type OrderServiceServer interface {
 	// nothing. Keys are kept for the server's idempotency window (24 hours by
 	// default) and may be forgotten after it.
 	//
+	// Without a key, a create answered with anything but a success, a refusal
+	// or NOT_WRITTEN must not be sent again: it may have created the order,
+	// and a second call would create another.
+	//
 	// REST: POST /v1/orders with the request as the JSON body (at most 1 MiB;
 	// a larger body is refused with 413).
 	CreateOrder(context.Context, *CreateOrderRequest) (*CreateOrderResponse, error)
@@ -189,8 +245,14 @@ type OrderServiceServer interface {
 	//
 	// REST: GET /v1/orders/{order_id}.
 	GetOrder(context.Context, *GetOrderRequest) (*GetOrderResponse, error)
-	// ListOrders returns orders newest first, optionally filtered by customer
-	// and status, one page at a time.
+	// ListOrders returns orders newest first (by create_time, then order_id),
+	// optionally filtered by customer and status, one page at a time. A later
+	// page holds only orders older than the last order of the page before it,
+	// so no order appears on two pages, and every order that existed when the
+	// first page was read, and still matches the filters, appears on one. An
+	// order whose create was still being written when a page was read can
+	// appear on a later page, if its create_time is older than that page's
+	// last order.
 	//
 	// Errors: INVALID_ARGUMENT when a filter is malformed, page_size is
 	// negative, or page_token is malformed or was issued for other filters.

@@ -33,24 +33,46 @@ type dlqRow struct {
 	WasReplay         bool      `json:"was_replay"`
 }
 
-func (c *Console) dlqEntries(ctx context.Context) ([]dlq.Entry, error) {
+// dlqRows bounds the rows the console's DLQ table shows: the newest,
+// by their last failure.
+const dlqRows = 500
+
+// dlqEntries scans the DLQ topic (dlq.Scan: one record at a time) and
+// returns how many records it holds and the newest dlqRows of them,
+// newest first, without payloads.
+func (c *Console) dlqEntries(ctx context.Context) (int, []dlq.Entry, error) {
 	topic := c.cfg.dlqTopic()
 	exists, err := c.kafka.Exists(topic)
 	if err != nil || !exists {
-		return nil, err
+		return 0, nil, err
 	}
 	r, err := dlq.NewReader(c.cfg.KafkaBrokers)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer r.Close()
-	return dlq.Read(ctx, r, topic)
+	held := 0
+	var es []dlq.Entry
+	newestFirst := func() {
+		sort.SliceStable(es, func(i, j int) bool { return es[i].LastFailedAt.After(es[j].LastFailedAt) })
+		es = es[:min(len(es), dlqRows)]
+	}
+	err = dlq.Scan(ctx, r, topic, func(e dlq.Entry) error {
+		held++
+		e.Value, e.Headers = nil, nil
+		if es = append(es, e); len(es) >= 2*dlqRows {
+			newestFirst()
+		}
+		return nil
+	})
+	newestFirst()
+	return held, es, err
 }
 
 func (c *Console) handleDLQ(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	es, err := c.dlqEntries(ctx)
+	held, es, err := c.dlqEntries(ctx)
 	if err != nil {
 		c.logger.Warn("reading dlq", "topic", c.cfg.dlqTopic(), "err", err)
 		writeError(w, http.StatusServiceUnavailable, "reading the DLQ failed; see the server log")
@@ -67,8 +89,7 @@ func (c *Console) handleDLQ(w http.ResponseWriter, r *http.Request) {
 			WasReplay: e.ReplaySource != "",
 		})
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].LastFailedAt.After(rows[j].LastFailedAt) })
-	writeJSON(w, http.StatusOK, map[string]any{"topic": c.cfg.dlqTopic(), "count": len(rows), "entries": rows})
+	writeJSON(w, http.StatusOK, map[string]any{"topic": c.cfg.dlqTopic(), "count": held, "entries": rows})
 }
 
 type replayRequest struct {
@@ -97,26 +118,36 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 }
 
 // replay republishes the DLQ record at partition/offset to its original
-// topic with its key, value and event ID (consumer/dlq.Replay).
+// topic with its key, value and event ID (consumer/dlq.Replayer).
 func (c *Console) replay(ctx context.Context, partition int32, offset int64) (string, error) {
-	es, err := c.dlqEntries(ctx)
+	r, err := dlq.NewReader(c.cfg.KafkaBrokers)
 	if err != nil {
 		return "", err
 	}
-	for _, e := range es {
-		if e.Partition != partition || e.Offset != offset {
-			continue
-		}
-		p, err := c.replayProducer()
-		if err != nil {
-			return "", err
-		}
-		if _, err := dlq.Replay(ctx, p, []dlq.Entry{e}, time.Now(), nil); err != nil {
-			return "", err
-		}
-		c.logger.Info("dlq record replayed", "topic", e.Topic, "partition", e.Partition, "offset", e.Offset,
-			"event_id", e.EventID, "order_id", string(e.Key))
-		return e.Position(), nil
+	defer r.Close()
+	e, err := dlq.ReadAt(ctx, r, c.cfg.dlqTopic(), partition, offset)
+	if errors.Is(err, dlq.ErrNoRecord) || errors.Is(err, dlq.ErrNoTopic) {
+		return "", errNotFound
 	}
-	return "", errNotFound
+	if err != nil {
+		return "", err
+	}
+	p, err := c.replayProducer()
+	if err != nil {
+		return "", err
+	}
+	var res dlq.Result
+	rp := dlq.NewReplayer(p, time.Now(), func(r dlq.Result) { res = r })
+	if err := rp.Add(ctx, e); err != nil {
+		return "", err
+	}
+	if err := rp.Wait(ctx); err != nil {
+		return "", err
+	}
+	if res.Err != nil {
+		return "", res.Err
+	}
+	c.logger.Info("dlq record replayed", "topic", e.Topic, "partition", e.Partition, "offset", e.Offset,
+		"event_id", e.EventID, "order_id", string(e.Key))
+	return e.Position(), nil
 }

@@ -36,7 +36,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 	var entry dlq.Entry
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
 		err := c.waitFor(ctx, "the event in the DLQ", func() (bool, error) {
-			es, err := c.dlqEntries(ctx)
+			_, es, err := c.dlqEntries(ctx)
 			if err != nil {
 				return false, err
 			}

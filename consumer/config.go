@@ -67,11 +67,12 @@ type Config struct {
 	// MaxBackoff caps the wait between attempts at one record.
 	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between attempts at one record." default:"5s"`
 	// AttemptTimeout bounds one apply transaction.
-	AttemptTimeout time.Duration `name:"attempt-timeout" help:"Longest one apply transaction may take." default:"30s"`
-	// ProbeTimeout bounds the probe (SELECT 1 on a new connection) that
-	// tells a database that does not answer from a transaction that failed
-	// by itself; see docs/consumer.md.
-	ProbeTimeout time.Duration `name:"probe-timeout" help:"Longest the database probe after an unanswered attempt may take; a probe that fails means the database is unavailable." default:"5s"`
+	AttemptTimeout time.Duration `name:"attempt-timeout" help:"Longest one apply transaction may take (at most 4m: a revoked partition's transaction is waited for within the group's 5m poll interval)." default:"30s"`
+	// ProbeTimeout bounds the probe (a transaction on a new connection
+	// that writes what an apply writes and commits) that tells a database
+	// that refuses or does not answer every apply from an event that
+	// failed by itself; see docs/consumer.md.
+	ProbeTimeout time.Duration `name:"probe-timeout" help:"Longest the database probe after a failed attempt may take; a probe that fails means the database is unavailable." default:"5s"`
 	// SessionTimeout is how long the group waits for a member that stopped
 	// heart-beating (e.g. was killed) before giving its partitions to others.
 	SessionTimeout time.Duration `name:"session-timeout" help:"Group session timeout: how soon a dead member's partitions move to others." default:"45s"`
@@ -160,6 +161,9 @@ func (c Config) Validate() error {
 	}
 	if c.AttemptTimeout <= 0 || c.ProbeTimeout <= 0 || c.CommitInterval <= 0 || c.DLQStatsInterval <= 0 || c.SessionTimeout <= 0 {
 		errs = append(errs, errors.New("attempt-timeout, probe-timeout, session-timeout, commit-interval and dlq-stats-interval must be positive"))
+	}
+	if c.AttemptTimeout > engine.MaxAttemptTimeout {
+		errs = append(errs, fmt.Errorf("attempt-timeout %s must be at most %s: a revoked partition's transaction is waited for within the group's poll interval", c.AttemptTimeout, engine.MaxAttemptTimeout))
 	}
 	if c.MaxConns < int32(max(c.Workers, 1)) {
 		errs = append(errs, fmt.Errorf("max-conns %d must be at least workers %d", c.MaxConns, c.Workers))

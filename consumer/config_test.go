@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/internal/testkit"
 )
 
@@ -30,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative fetch wait", func(c *Config) { c.FetchWait = -time.Millisecond }, "fetch-wait"},
 		{"fetch wait under a millisecond", func(c *Config) { c.FetchWait = 500 * time.Microsecond }, "fetch-wait"},
 		{"fetch wait too long", func(c *Config) { c.FetchWait = time.Minute }, "fetch-wait"},
+		{"longest attempt timeout", func(c *Config) { c.AttemptTimeout = engine.MaxAttemptTimeout }, ""},
+		{"attempt timeout past the poll interval", func(c *Config) { c.AttemptTimeout = 10 * time.Minute }, "attempt-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -133,11 +133,11 @@ func windowRetriesExhausted(t *testing.T) {
 	}
 
 	// Purge needs --yes.
-	_, stderr := eventforge(t, 1, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic)
+	_, stderr := eventforge(t, 1, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--all")
 	if !strings.Contains(stderr, "--yes") {
 		t.Errorf("purge without --yes: %s", stderr)
 	}
-	eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--database-url", pl.env.DatabaseURL, "--yes")
+	eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--database-url", pl.env.DatabaseURL, "--all", "--yes")
 	if n := len(readDLQEntries(t, pl, topic)); n != 0 {
 		t.Fatalf("DLQ holds %d records after purge", n)
 	}

@@ -127,7 +127,7 @@ func TestVerifyAfterOutboxPruned(t *testing.T) {
 		if rep.DeadLettered["fulfillment"] != 1 || rep.DeadLettered["ledger"] != 1 {
 			t.Fatalf("dead-lettered %v, want one per consumer", rep.DeadLettered)
 		}
-		eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", dlqTopic, "--database-url", pl.env.DatabaseURL, "--yes")
+		eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", dlqTopic, "--database-url", pl.env.DatabaseURL, "--all", "--yes")
 		if n := len(readDLQEntries(t, pl, dlqTopic)); n != 0 {
 			t.Fatalf("DLQ holds %d records after the purge", n)
 		}

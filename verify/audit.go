@@ -82,18 +82,15 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 
-	// 4. Kafka as stored: the topic and the DLQ; then the purge records. A
-	// purge records its dead letters before deleting them, so a dead letter
-	// missing from the DLQ read here has its purge record read after it.
+	// 4. Kafka as stored: the topic, the DLQ and the DLQ's low watermarks;
+	// then the purge records. A purge records its dead letters before
+	// deleting them, so a dead letter missing from the DLQ read here (or
+	// below a low watermark read here) has its purge record read after it.
 	records, err := a.kafka.ReadAll(ctx, a.cfg.Topic)
 	if err != nil {
 		return nil, err
 	}
-	dlqRecords, err := a.dlqRecords(ctx)
-	if err != nil {
-		return nil, err
-	}
-	purged, err := a.purged(ctx)
+	dlqRecords, purged, err := a.dlqState(ctx, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +115,25 @@ func (a *auditor) run(ctx context.Context) (*Report, error) {
 		rep.addEffects(name, eff)
 	}
 	return rep, nil
+}
+
+// dlqState reads the DLQ, its low watermarks, then the purge records (in
+// that order, see run), and counts the dead letters that left the DLQ
+// without a purge record (checkDeparted).
+func (a *auditor) dlqState(ctx context.Context, rep *Report) ([]kafkaread.Record, purgeRecords, error) {
+	dlqRecords, err := a.dlqRecords(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	low, err := a.dlqLowWatermarks()
+	if err != nil {
+		return nil, nil, err
+	}
+	purged, err := a.purged(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dlqRecords, purged, a.checkDeparted(ctx, rep, low)
 }
 
 // newReport is an empty report of a drained pipeline.

@@ -41,6 +41,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("  replayed from the relay's dead letters", r.RelayReplayed)
 	row("slot lag bytes", r.SlotLagBytes)
 	row("lost", r.Lost)
+	row("  dead letters that left the DLQ without a purge record", r.DeadLettersLost)
 	row("duplicate effects", r.DuplicateEffects)
 	row("marks without effect", r.MarksWithoutEffect)
 	row("effects without mark", r.EffectsWithoutMark)

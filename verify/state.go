@@ -2,13 +2,17 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 	"github.com/eventforge/eventforge/schema"
@@ -203,4 +207,74 @@ const eventsCTE = `ev AS MATERIALIZED (SELECT * FROM unnest($2::text[]::uuid[], 
 // args returns the attribution as the parameters eventsCTE reads.
 func (a attribution) args() []any {
 	return []any{a.ids, a.orders, a.types}
+}
+
+// dlqLowWatermarks returns the low watermark of every partition of the
+// DLQ topic (none for a missing topic).
+func (a *auditor) dlqLowWatermarks() (map[int32]int64, error) {
+	c, err := dlq.NewReader(a.cfg.KafkaBrokers)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	wm, err := dlq.Watermarks(c, a.cfg.dlqTopic())
+	if errors.Is(err, dlq.ErrNoTopic) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	low := make(map[int32]int64, len(wm))
+	for p, w := range wm {
+		low[p] = w[0]
+	}
+	return low, nil
+}
+
+// checkDeparted counts the dead letters below each DLQ partition's low
+// watermark that have no purge record: they left the DLQ without
+// `eventforge dlq purge` (expired, or deleted otherwise), so their events
+// are lost. Every offset of a DLQ partition held a record (the DLQ
+// producer writes no transaction markers and the topic is not compacted).
+func (a *auditor) checkDeparted(ctx context.Context, rep *Report, low map[int32]int64) error {
+	if len(low) == 0 {
+		return nil
+	}
+	var exists bool
+	if err := a.pool.QueryRow(ctx, `SELECT to_regclass('dlq_purged') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("looking for dlq_purged: %w", err)
+	}
+	recorded := map[int32]int64{}
+	if exists {
+		parts, lows := make([]int32, 0, len(low)), make([]int64, 0, len(low))
+		for p, l := range low {
+			parts, lows = append(parts, p), append(lows, l)
+		}
+		rows, err := a.pool.Query(ctx, `SELECT dlq_partition, count(DISTINCT dlq_offset) FROM dlq_purged p
+			JOIN unnest($2::int[], $3::bigint[]) AS w(part, low) ON w.part = p.dlq_partition AND p.dlq_offset < w.low
+			WHERE dlq_topic = $1 GROUP BY dlq_partition`, a.cfg.dlqTopic(), parts, lows)
+		if err != nil {
+			return fmt.Errorf("reading dlq_purged: %w", err)
+		}
+		for rows.Next() {
+			var p int32
+			var n int64
+			if err := rows.Scan(&p, &n); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading dlq_purged: %w", err)
+			}
+			recorded[p] = n
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("reading dlq_purged: %w", err)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(low)) {
+		if missing := low[p] - recorded[p]; missing > 0 {
+			rep.DeadLettersLost += int(missing)
+			rep.violate("lost: %d dead letters of %s[%d] below its low watermark %d left the DLQ without a purge record (expired or deleted)",
+				missing, a.cfg.dlqTopic(), p, low[p])
+		}
+	}
+	return nil
 }

@@ -134,6 +134,14 @@ type Report struct {
 	// committed offset passed without applying it (and without
 	// dead-lettering it, and without a purge record of its dead letter).
 	Lost int `json:"lost"`
+	// DeadLettersLost counts dead letters that left the DLQ topic without
+	// a purge record: deleted below its low watermark (expired under a
+	// finite retention, deleted by hand) although `eventforge dlq purge`
+	// never recorded them in dlq_purged. Their events may never have been
+	// applied, and once their source records expired too nothing else
+	// shows them. A violation of the contract, like Lost; while a source
+	// record is still in the topic, its event is in Lost as well.
+	DeadLettersLost int `json:"dead_letters_lost"`
 	// DuplicateEffects counts business effects applied more than once.
 	DuplicateEffects int `json:"duplicate_effects"`
 	// MarksWithoutEffect counts processed_events marks whose effect is
@@ -194,10 +202,10 @@ func (r *Report) OK() bool {
 }
 
 // ContractKept reports whether the audit found no violation of the
-// contract: nothing lost, no effect applied twice, no mark without its
+// contract: nothing lost (no dead letter either), no effect applied twice, no mark without its
 // effect or effect without its mark, no ordering violation.
 func (r *Report) ContractKept() bool {
-	return r.Lost == 0 && r.DuplicateEffects == 0 && r.MarksWithoutEffect == 0 &&
+	return r.Lost == 0 && r.DeadLettersLost == 0 && r.DuplicateEffects == 0 && r.MarksWithoutEffect == 0 &&
 		r.EffectsWithoutMark == 0 && r.OrderingViolations == 0
 }
 
@@ -208,7 +216,7 @@ func (r *Report) Failures() []string {
 		n    int
 		what string
 	}{
-		{r.Lost, "lost"}, {r.DuplicateEffects, "duplicate effects"}, {r.MarksWithoutEffect, "marks without effect"},
+		{r.Lost, "lost"}, {r.DeadLettersLost, "dead letters lost"}, {r.DuplicateEffects, "duplicate effects"}, {r.MarksWithoutEffect, "marks without effect"},
 		{r.EffectsWithoutMark, "effects without mark"}, {r.OrderingViolations, "ordering violations"},
 		{r.UnpublishedPastGrace, "unpublished beyond the grace"},
 	} {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
 )
@@ -23,7 +22,7 @@ type dlqCmd struct {
 	List   dlqListCmd   `cmd:"" help:"List dead-lettered records with counts and ages (filters narrow it)."`
 	Show   dlqShowCmd   `cmd:"" help:"Show one dead-lettered record in full: headers and payload."`
 	Replay dlqReplayCmd `cmd:"" help:"Republish dead-lettered records to their original topic with their original key, value and event ID."`
-	Purge  dlqPurgeCmd  `cmd:"" help:"Delete dead-lettered records (all, or those older than --older-than)."`
+	Purge  dlqPurgeCmd  `cmd:"" help:"Delete dead-lettered records: those named with --through (what dlq replay replayed), --older-than, or --all."`
 }
 
 // dlqTopicFlags name the DLQ topic.
@@ -49,17 +48,14 @@ func (f dlqFilterFlags) filter() dlq.Filter {
 		Contains: f.Contains, OlderThan: f.OlderThan, NewerThan: f.NewerThan}
 }
 
-func (f dlqTopicFlags) read(env *runEnv) ([]dlq.Entry, error) {
-	c, err := dlq.NewReader(f.KafkaBrokers)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	es, err := dlq.Read(env.ctx, c, f.Topic)
+// scan calls fn with every record held by the DLQ topic (dlq.Scan: one at
+// a time); a topic that does not exist holds none.
+func (f dlqTopicFlags) scan(env *runEnv, r *kafka.Consumer, fn func(dlq.Entry) error) error {
+	err := dlq.Scan(env.ctx, r, f.Topic, fn)
 	if errors.Is(err, dlq.ErrNoTopic) {
-		return nil, nil // nothing was ever dead-lettered there
+		return nil // nothing was ever dead-lettered there
 	}
-	return es, err
+	return err
 }
 
 type dlqListCmd struct {
@@ -70,28 +66,40 @@ type dlqListCmd struct {
 }
 
 func (c *dlqListCmd) Run(env *runEnv) error {
-	all, err := c.read(env)
+	r, err := dlq.NewReader(c.KafkaBrokers)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	es := dlq.Select(all, c.filter(), now)
-	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		for _, e := range es {
-			if err := enc.Encode(entryJSON(e, false)); err != nil {
-				return err
-			}
+	defer r.Close()
+	now, f := time.Now(), c.filter()
+	enc := json.NewEncoder(os.Stdout)
+	held, s := 0, dlq.NewSummary()
+	var rows []dlq.Entry
+	err = c.scan(env, r, func(e dlq.Entry) error {
+		held++
+		if !f.Match(e, now) {
+			return nil
+		}
+		if c.JSON {
+			return enc.Encode(entryJSON(e, false))
+		}
+		s.Add(e)
+		if c.Limit == 0 || len(rows) < c.Limit {
+			e.Value = nil // the table shows no payload
+			rows = append(rows, e)
 		}
 		return nil
+	})
+	if err != nil || c.JSON {
+		return err
 	}
-	printList(os.Stdout, c.Topic, len(all), es, c.Limit, now)
+	printList(os.Stdout, c.Topic, held, s, rows, now)
 	return nil
 }
 
-// printList prints the summary and the table of es.
-func printList(w io.Writer, topic string, held int, es []dlq.Entry, limit int, now time.Time) {
-	s := dlq.Summarize(es)
+// printList prints the summary s of the records that match and the table
+// of rows, the first of them.
+func printList(w io.Writer, topic string, held int, s dlq.Summary, rows []dlq.Entry, now time.Time) {
 	fmt.Fprintf(w, "%s: %d records held, %d match\n", topic, held, s.Total)
 	if s.Total == 0 {
 		return
@@ -100,13 +108,12 @@ func printList(w io.Writer, topic string, held int, es []dlq.Entry, limit int, n
 	fmt.Fprintf(w, "by consumer: %s\nby class:    %s\nby type:     %s\n\n", counts(s.ByConsumer), counts(s.ByClass), counts(s.ByType))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POSITION\tAGE\tCONSUMER\tCLASS\tATTEMPTS\tTYPE\tEVENT ID\tKEY\tERROR")
-	for i, e := range es {
-		if limit > 0 && i == limit {
-			fmt.Fprintf(tw, "… %d more (raise --limit)\n", len(es)-limit)
-			break
-		}
+	for _, e := range rows {
 		fmt.Fprintf(tw, "%d:%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Partition, e.Offset, age(now, e.Timestamp), e.Consumer, e.Class,
 			e.Attempts, e.Type, e.EventID, e.Key, oneLine(e.Message, 100))
+	}
+	if more := s.Total - len(rows); more > 0 {
+		fmt.Fprintf(tw, "… %d more (raise --limit)\n", more)
 	}
 	tw.Flush()
 }
@@ -186,28 +193,41 @@ func (c *dlqShowCmd) Run(env *runEnv) error {
 	return nil
 }
 
-// selectOne finds records by position or event ID.
+// selectOne finds records by position (read at once) or event ID (a
+// scan).
 func selectOne(env *runEnv, t dlqTopicFlags, position, eventID string) ([]dlq.Entry, error) {
 	if (position == "") == (eventID == "") {
 		return nil, errors.New("give a position <partition>:<offset> or --event-id")
 	}
-	all, err := t.read(env)
+	r, err := dlq.NewReader(t.KafkaBrokers)
 	if err != nil {
 		return nil, err
 	}
+	defer r.Close()
 	var out []dlq.Entry
 	if eventID != "" {
-		out = dlq.Select(all, dlq.Filter{EventID: eventID}, time.Now())
+		f := dlq.Filter{EventID: eventID}
+		err = t.scan(env, r, func(e dlq.Entry) error {
+			if f.Match(e, time.Time{}) {
+				out = append(out, e)
+			}
+			return nil
+		})
 	} else {
 		_, p, o, ok := dlq.ParsePosition(position)
 		if !ok {
 			return nil, fmt.Errorf("position %q: want <partition>:<offset>", position)
 		}
-		for _, e := range all {
-			if e.Partition == p && e.Offset == o {
-				out = append(out, e)
-			}
+		var e dlq.Entry
+		e, err = dlq.ReadAt(env.ctx, r, t.Topic, p, o)
+		if errors.Is(err, dlq.ErrNoRecord) || errors.Is(err, dlq.ErrNoTopic) {
+			err = nil
+		} else if err == nil {
+			out = append(out, e)
 		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no such record in %s", t.Topic)
@@ -235,107 +255,4 @@ func printEntry(w io.Writer, e dlq.Entry, now time.Time) {
 	} else {
 		fmt.Fprintf(w, "  %q\n", e.Value)
 	}
-}
-
-type dlqReplayCmd struct {
-	dlqTopicFlags
-	dlqFilterFlags
-	Position string `arg:"" optional:"" help:"Replay only the record at <partition>:<offset>."`
-	All      bool   `name:"all" help:"Replay every record that matches (required when no position or filter is given)."`
-	DryRun   bool   `name:"dry-run" help:"Print what would be replayed and publish nothing."`
-}
-
-func (c *dlqReplayCmd) Run(env *runEnv) error {
-	f := c.filter()
-	if c.Position == "" && f.IsZero() && !c.All {
-		return errors.New("say what to replay: a position <partition>:<offset>, filters (e.g. --event-id), or --all")
-	}
-	all, err := c.read(env)
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	es := dlq.Select(all, f, now)
-	if c.Position != "" {
-		_, p, o, ok := dlq.ParsePosition(c.Position)
-		if !ok {
-			return fmt.Errorf("position %q: want <partition>:<offset>", c.Position)
-		}
-		es = slices.DeleteFunc(es, func(e dlq.Entry) bool { return e.Partition != p || e.Offset != o })
-	}
-	selected := len(es)
-	es = dlq.Dedupe(es)
-	if len(es) == 0 {
-		return fmt.Errorf("no record in %s matches", c.Topic)
-	}
-	fmt.Fprintf(os.Stderr, "%d records match, %d distinct events to replay\n", selected, len(es))
-	if c.DryRun {
-		printList(os.Stdout, c.Topic, len(all), es, 0, now)
-		return nil
-	}
-	p, err := dlq.NewProducer(c.KafkaBrokers)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	var tick func()
-	if len(es) > 1 {
-		bar := progressbar.NewOptions(len(es), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("replaying"),
-			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-		tick = func() { _ = bar.Add(1) }
-		defer func() { _ = bar.Finish() }()
-	}
-	n, err := dlq.Replay(env.ctx, p, es, now, tick)
-	for _, e := range es {
-		env.logger.Info("replayed", "event_id", e.EventID, "order_id", string(e.Key), "dlq_position", e.Position(), "topic", e.OriginalTopic)
-	}
-	fmt.Printf("replayed %d of %d records\n", n, len(es))
-	return err
-}
-
-type dlqPurgeCmd struct {
-	dlqTopicFlags
-	DatabaseURL string        `name:"database-url" log:"url" help:"PostgreSQL connection URL: each purged record is recorded in dlq_purged before it is deleted." default:"${database_url}"`
-	OlderThan   time.Duration `name:"older-than" help:"Delete only records older than this (per partition, up to its first newer record)."`
-	Yes         bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
-}
-
-func (c *dlqPurgeCmd) Run(env *runEnv) error {
-	r, err := dlq.NewReader(c.KafkaBrokers)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	plans, err := dlq.PlanPurge(r, c.Topic, c.OlderThan, time.Now())
-	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
-		return err
-	}
-	var total int64
-	for _, pl := range plans {
-		total += pl.To - pl.Low
-		fmt.Printf("partition %d: offsets %d..%d (%d records)\n", pl.Partition, pl.Low, pl.To-1, pl.To-pl.Low)
-	}
-	if total == 0 {
-		fmt.Printf("%s: nothing to purge\n", c.Topic)
-		return nil
-	}
-	if !c.Yes {
-		return fmt.Errorf("would delete %d records from %s: re-run with --yes", total, c.Topic)
-	}
-	if err := c.recordPurge(env, r, plans, total); err != nil {
-		return err
-	}
-	// Derived from the reader, so it shares its configuration (kafkaconf's
-	// --kafka-* TLS and SASL settings among them).
-	a, err := kafka.NewAdminClientFromConsumer(r)
-	if err != nil {
-		return fmt.Errorf("creating kafka admin client: %w", err)
-	}
-	defer a.Close()
-	if err := dlq.Purge(env.ctx, a, c.Topic, plans); err != nil {
-		return err
-	}
-	fmt.Printf("purged %d records from %s\n", total, c.Topic)
-	env.logger.Info("dlq purged", "dlq_topic", c.Topic, "records", total)
-	return nil
 }

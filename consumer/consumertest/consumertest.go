@@ -12,6 +12,9 @@
 //   - Queue equals Apply: a batch of events applied in one transaction (the
 //     handler's Queue when it is an engine.Batcher, Apply otherwise) leaves
 //     the same state as the same events applied one per transaction;
+//   - the probe tries what Apply writes: the handler is an engine.Prober,
+//     its Probe changes nothing, and it fails wherever revoking the
+//     privileges on a table makes Apply fail;
 //   - redelivery changes nothing: an event delivered again, alone or within
 //     a batch, after or before its successor, is a duplicate.
 //
@@ -93,6 +96,7 @@ func Run(t *testing.T, name string, h engine.Handler) {
 			t.Fatal("the events left the database as it was before them; the suite compares nothing")
 		}
 	})
+	t.Run("probe tries what apply writes", func(t *testing.T) { probeTriesWhatApplyWrites(t, name, h) })
 	t.Run("redelivery changes nothing", func(t *testing.T) {
 		s := newSuite(t, name, h)
 		o := s.order()
@@ -117,6 +121,48 @@ func Run(t *testing.T, name string, h engine.Handler) {
 			t.Fatalf("redelivery after the cancel changed the database from\n%s\nto\n%s", afterCancel, got)
 		}
 	})
+}
+
+// probeTriesWhatApplyWrites: h is an engine.Prober whose Probe changes
+// nothing and fails wherever revoking the privileges on a table makes Apply
+// fail, so that the runtime's probe finds a database that refuses h's
+// writes for every event.
+func probeTriesWhatApplyWrites(t *testing.T, name string, h engine.Handler) {
+	p, ok := h.(engine.Prober)
+	if !ok {
+		t.Fatalf("the handler of %s is no engine.Prober: the runtime's probe cannot find a database that refuses its writes for every event", name)
+	}
+	s := newSuite(t, name, h)
+	o := s.order()
+	before := s.state()
+	if err := s.inTx(p.Probe); err != nil {
+		t.Fatalf("probe on a database that applies events: %v", err)
+	}
+	if after := s.state(); after != before {
+		t.Fatalf("the probe changed the database from\n%s\nto\n%s", before, after)
+	}
+	// Without its privileges on a table, every event fails: so must
+	// the probe, or the runtime would dead-letter them all.
+	refused := 0
+	for _, table := range s.tables() {
+		if table == "processed_events" {
+			continue
+		}
+		s.exec(`REVOKE ALL ON ` + quoteIdent(table) + ` FROM CURRENT_USER`)
+		for _, ev := range []engine.Event{s.created(o), s.cancelled(o)} {
+			if err := s.inTx(func(ctx context.Context, tx pgx.Tx) error { return h.Apply(ctx, tx, ev) }); err == nil {
+				continue
+			}
+			refused++
+			if err := s.inTx(p.Probe); err == nil {
+				t.Errorf("%s fails without privileges on %s, and the probe succeeds", ev.Type, table)
+			}
+		}
+		s.exec(`GRANT ALL ON ` + quoteIdent(table) + ` TO CURRENT_USER`)
+	}
+	if refused == 0 {
+		t.Fatal("no table's privileges made an event fail; the suite compares nothing")
+	}
 }
 
 // suite is one test's database and runtime.
@@ -221,6 +267,29 @@ func (s *suite) wantRefused(ev engine.Event, class engine.Class, sentinel error)
 func (s *suite) inTx(f func(ctx context.Context, tx pgx.Tx) error) error {
 	ctx := context.Background()
 	return pgx.BeginFunc(ctx, s.env.Pool, func(tx pgx.Tx) error { return f(ctx, tx) })
+}
+
+// tables lists the tables of the public schema.
+func (s *suite) tables() []string {
+	s.t.Helper()
+	rows, err := s.env.Pool.Query(context.Background(), `SELECT table_name::text FROM information_schema.tables
+		WHERE table_schema = 'public' AND table_type = 'BASE TABLE' AND table_name NOT LIKE 'goose%' ORDER BY table_name`)
+	if err != nil {
+		s.t.Fatalf("listing tables: %v", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		s.t.Fatalf("listing tables: %v", err)
+	}
+	return names
+}
+
+// exec runs q on the suite's database.
+func (s *suite) exec(q string) {
+	s.t.Helper()
+	if _, err := s.env.Pool.Exec(context.Background(), q); err != nil {
+		s.t.Fatalf("%s: %v", q, err)
+	}
 }
 
 // state describes every row of every table of the public schema, without

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -13,18 +15,45 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Planned returns the entries of es that plans delete.
-func Planned(es []Entry, plans []PurgePlan) []Entry {
-	var out []Entry
-	for _, e := range es {
-		for _, pl := range plans {
-			if e.Partition == pl.Partition && e.Offset >= pl.Low && e.Offset < pl.To {
-				out = append(out, e)
-				break
+// recordChunk is how many dlq_purged rows one statement writes.
+const recordChunk = 5000
+
+// RecordPlanned writes a dlq_purged row (RecordPurge) for every record of
+// topic that plans delete, reading them with Scan's bounded memory, and
+// returns how many it wrote. Call it before Purge: it fails, and nothing
+// should be deleted, unless it read every planned record.
+func RecordPlanned(ctx context.Context, c *kafka.Consumer, db Execer, topic string, plans []PurgePlan) (int64, error) {
+	var written, want int64
+	chunk := make([]Entry, 0, recordChunk)
+	flush := func() error {
+		if err := RecordPurge(ctx, db, chunk); err != nil {
+			return err
+		}
+		written += int64(len(chunk))
+		chunk = chunk[:0]
+		return nil
+	}
+	for _, pl := range plans {
+		want += pl.To - pl.Low
+		err := ScanRange(ctx, c, topic, pl.Partition, pl.Low, pl.To, func(e Entry) error {
+			e.Value, e.Headers = nil, nil // a purge record keeps neither
+			chunk = append(chunk, e)
+			if len(chunk) == recordChunk {
+				return flush()
 			}
+			return nil
+		})
+		if err != nil {
+			return written, err
 		}
 	}
-	return out
+	if err := flush(); err != nil {
+		return written, err
+	}
+	if written != want {
+		return written, fmt.Errorf("read %d of the %d records to purge from %s", written, want, topic)
+	}
+	return written, nil
 }
 
 // RecordPurge writes one dlq_purged row per entry, keyed by its DLQ

@@ -1,10 +1,10 @@
 package dlq
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -27,11 +27,31 @@ func NewReader(bootstrap string) (*kafka.Consumer, error) {
 // more to give, e.g. when a purge deleted the records between reading the
 // watermarks and fetching (librdkafka then resets the fetch position to
 // the end and delivers no record).
-var ReaderSettings = kafka.ConfigMap{"enable.partition.eof": true}
+//
+// librdkafka's prefetch is bounded too (its defaults hold up to 64 MiB of
+// records and fetch responses of up to 50 MiB), so that reading a large DLQ
+// takes little memory: a 4 MiB prefetch, 1 MiB fetch responses and 256 KiB
+// per partition (a larger record is still fetched whole). With so small
+// a prefetch librdkafka reaches its bound often, and then waits
+// fetch.queue.backoff.ms before fetching again: 10 ms instead of a second.
+var ReaderSettings = kafka.ConfigMap{
+	"enable.partition.eof":       true,
+	"queued.max.messages.kbytes": 4 << 10,
+	"fetch.max.bytes":            1 << 20,
+	"max.partition.fetch.bytes":  256 << 10,
+	"fetch.queue.backoff.ms":     10,
+}
 
 // ErrNoTopic means the DLQ topic does not exist: nothing was ever
 // dead-lettered to it (the consumers create it at start).
 var ErrNoTopic = errors.New("topic does not exist")
+
+// Watermarks returns the low and high watermark of every partition of
+// topic (ErrNoTopic wrapped when it does not exist): records below the low
+// one were deleted, by a purge or otherwise.
+func Watermarks(c *kafka.Consumer, topic string) (map[int32][2]int64, error) {
+	return watermarks(c, topic)
+}
 
 // watermarks returns the low and high watermark of every partition of topic.
 func watermarks(c *kafka.Consumer, topic string) (map[int32][2]int64, error) {
@@ -90,32 +110,94 @@ func ReadStats(ctx context.Context, c *kafka.Consumer, topic string) (Stats, err
 	return st, err
 }
 
-// Read returns every record held by topic, in partition and offset order.
-func Read(ctx context.Context, c *kafka.Consumer, topic string) ([]Entry, error) {
+// Scan calls fn with every record held by topic, partition by partition
+// in offset order, and returns fn's first error. It holds one record at a
+// time (besides librdkafka's bounded prefetch, ReaderSettings), so a DLQ of
+// any size can be listed, replayed or purged; it ends when every partition
+// reached the high watermark read at its start, and fails only when the
+// broker delivers nothing for stallTimeout.
+func Scan(ctx context.Context, c *kafka.Consumer, topic string, fn func(Entry) error) error {
 	wm, err := watermarks(c, topic)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var assign []kafka.TopicPartition
-	for p, w := range wm {
-		if w[1] > w[0] {
-			assign = append(assign, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(w[0])})
+	for _, p := range slices.Sorted(maps.Keys(wm)) {
+		w := wm[p]
+		if err := ScanRange(ctx, c, topic, p, w[0], w[1], fn); err != nil {
+			return err
 		}
 	}
-	if len(assign) == 0 {
-		return nil, nil
+	return nil
+}
+
+// ScanRange calls fn with the records of topic's partition from offset
+// from up to (not including) to, in offset order; records deleted meanwhile
+// are skipped.
+func ScanRange(ctx context.Context, c *kafka.Consumer, topic string, partition int32, from, to int64, fn func(Entry) error) error {
+	if to <= from {
+		return nil
 	}
-	var out []Entry
-	err = scan(ctx, c, assign, wm, func(m *kafka.Message) bool {
-		out = append(out, Parse(m))
-		return true
+	var fnErr error
+	err := scan(ctx, c, []kafka.TopicPartition{{Topic: &topic, Partition: partition, Offset: kafka.Offset(from)}},
+		map[int32][2]int64{partition: {from, to}}, func(m *kafka.Message) bool {
+			if int64(m.TopicPartition.Offset) >= to {
+				return false
+			}
+			fnErr = fn(Parse(m))
+			return fnErr == nil
+		})
+	if fnErr != nil {
+		return fnErr
+	}
+	return err
+}
+
+// ErrNoRecord means a position holds no record (deleted, or never written).
+var ErrNoRecord = errors.New("no such record")
+
+// ReadAt returns the record of topic at partition and offset.
+func ReadAt(ctx context.Context, c *kafka.Consumer, topic string, partition int32, offset int64) (Entry, error) {
+	wm, err := watermarks(c, topic)
+	if err != nil {
+		return Entry{}, err
+	}
+	w, ok := wm[partition]
+	if !ok || offset < w[0] || offset >= w[1] {
+		return Entry{}, fmt.Errorf("%s/%d/%d: %w", topic, partition, offset, ErrNoRecord)
+	}
+	var found *Entry
+	err = ScanRange(ctx, c, topic, partition, offset, offset+1, func(e Entry) error {
+		found = &e
+		return nil
 	})
-	sortEntries(out)
+	if err != nil {
+		return Entry{}, err
+	}
+	if found == nil || found.Offset != offset {
+		return Entry{}, fmt.Errorf("%s/%d/%d: %w", topic, partition, offset, ErrNoRecord)
+	}
+	return *found, nil
+}
+
+// Read returns every record held by topic, in partition and offset order.
+// It holds them all: the tools stream with Scan; Read is for tests and
+// topics known to be small.
+func Read(ctx context.Context, c *kafka.Consumer, topic string) ([]Entry, error) {
+	var out []Entry
+	err := Scan(ctx, c, topic, func(e Entry) error {
+		out = append(out, e)
+		return nil
+	})
 	return out, err
 }
 
+// stallTimeout is how long a scan waits for the broker to deliver anything
+// (a record or a partition's end) before it fails.
+const stallTimeout = 30 * time.Second
+
 // scan reads the assigned partitions from their offsets until each reaches
-// its high watermark, or until fn returns false for a record of it.
+// its high watermark, or until fn returns false for a record of it. It
+// fails when nothing arrives for stallTimeout.
 func scan(ctx context.Context, c *kafka.Consumer, assign []kafka.TopicPartition, wm map[int32][2]int64, fn func(*kafka.Message) bool) error {
 	if err := c.Assign(assign); err != nil {
 		return fmt.Errorf("assigning: %w", err)
@@ -125,16 +207,17 @@ func scan(ctx context.Context, c *kafka.Consumer, assign []kafka.TopicPartition,
 	for _, tp := range assign {
 		open[tp.Partition] = true
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	last := time.Now()
 	for len(open) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("reading %s: timed out with %d partitions unread", *assign[0].Topic, len(open))
+		if time.Since(last) > stallTimeout {
+			return fmt.Errorf("reading %s: nothing received for %s with %d partitions unread", *assign[0].Topic, stallTimeout, len(open))
 		}
 		switch e := c.Poll(100).(type) {
 		case *kafka.Message:
+			last = time.Now()
 			p := e.TopicPartition.Partition
 			if !open[p] {
 				continue
@@ -144,6 +227,7 @@ func scan(ctx context.Context, c *kafka.Consumer, assign []kafka.TopicPartition,
 				delete(open, p)
 			}
 		case kafka.PartitionEOF:
+			last = time.Now()
 			delete(open, e.Partition) // nothing more to read (records deleted meanwhile)
 		case kafka.Error:
 			if e.IsFatal() {
@@ -152,13 +236,4 @@ func scan(ctx context.Context, c *kafka.Consumer, assign []kafka.TopicPartition,
 		}
 	}
 	return nil
-}
-
-func sortEntries(es []Entry) {
-	slices.SortStableFunc(es, func(a, b Entry) int {
-		if c := cmp.Compare(a.Partition, b.Partition); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Offset, b.Offset)
-	})
 }

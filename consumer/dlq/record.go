@@ -65,6 +65,20 @@ type Failure struct {
 	LastFailedAt  time.Time // last failed attempt
 }
 
+// cappedMessageLen bounds dlq.error.message in a copy written again after
+// the DLQ topic refused the first as too large (Failure.Capped).
+const cappedMessageLen = 200
+
+// Capped returns f with its message cut to 200 bytes: the failure of a
+// dead-letter copy that the DLQ topic refused as too large, written again
+// with the dlq headers as short as they get. The copy still carries the
+// source record's key, value and headers whole; what remains over the
+// DLQ topic's max.message.bytes can only be fixed by raising it.
+func (f Failure) Capped() Failure {
+	f.Message = truncate(f.Message, cappedMessageLen)
+	return f
+}
+
 // Topic returns the DLQ topic of source with suffix (DefaultSuffix when
 // empty).
 func Topic(source, suffix string) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,9 +32,10 @@ var (
 	// order it names can be read.
 	ErrNotFound = errors.New("subject not found")
 	// ErrUnavailable marks an attempt that failed because PostgreSQL did
-	// not answer: the transaction could not begin, or it failed without an
-	// answer from the server while a probe on a connection of its own
-	// failed too (see Runtime). It says nothing about the event.
+	// not answer or refuses every apply: the transaction could not begin,
+	// or it failed while a probe that writes what an apply writes, on a
+	// connection of its own, failed too (see probe.go). It says nothing
+	// about the event.
 	ErrUnavailable = errors.New("database unavailable")
 )
 
@@ -53,10 +55,12 @@ const (
 	// --max-attempts, then dead-lettered.
 	ClassTransient Class = "transient"
 	// ClassUnavailable means PostgreSQL could not be reached, dropped the
-	// connection, or does not answer (ErrUnavailable). It says nothing about
-	// the event, so it is retried inline without an attempt limit and does
-	// not count towards --max-attempts: dead-lettering during an outage
-	// would move healthy events out of order into the DLQ.
+	// connection, does not answer, or refuses every apply — read-only,
+	// permission denied, a missing table, commits that hang
+	// (ErrUnavailable). It says nothing about the event, so it is retried
+	// inline without an attempt limit and does not count towards
+	// --max-attempts: dead-lettering during an outage would move healthy
+	// events out of order into the DLQ.
 	ClassUnavailable Class = "unavailable"
 	// ClassNotFound means the event's subject does not exist (ErrNotFound):
 	// retried until --max-attempts and --not-found-grace are used up, then
@@ -67,12 +71,14 @@ const (
 	ClassUnknown Class = "unknown"
 )
 
-// Classify returns the class of an attempt's error by the error alone. A
-// timeout without a SQLSTATE (the attempt's deadline, pgconn.Timeout) is
-// transient here: the error cannot tell a database that hangs from a
-// transaction that is slow. The runtime settles that with a probe and
-// wraps ErrUnavailable into the error when the probe fails too (see
-// needsProbe).
+// Classify returns the class of an attempt's error by the error alone. It
+// cannot tell an error that refuses this event from one that refuses every
+// event: a timeout without a SQLSTATE (the attempt's deadline,
+// pgconn.Timeout) may be a database that hangs or a transaction that is
+// slow, and a read-only transaction (25006), a permission denied (42501) or
+// a missing table (42P01) may be this event's statement or every write.
+// The runtime settles those with a probe and wraps ErrUnavailable into the
+// error when the probe fails too (see needsProbe).
 func Classify(err error) Class {
 	var pgErr *pgconn.PgError
 	var connectErr *pgconn.ConnectError
@@ -100,16 +106,14 @@ func Classify(err error) Class {
 	return ClassUnknown
 }
 
-// needsProbe reports whether err of class c may mean that PostgreSQL
-// stopped answering rather than that the event failed: a timeout or an
-// unknown error, neither carrying a SQLSTATE from the server nor a
-// handler's sentinel. The runtime then probes the server before it counts
-// the attempt.
-func needsProbe(err error, c Class) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return false
-	}
+// needsProbe reports whether a failure of class c may mean that PostgreSQL
+// refuses, or does not answer, every apply rather than that the event
+// failed: any failure that would count towards Options.MaxAttempts
+// (transient or unknown), with or without a SQLSTATE. Only a handler's
+// verdict (permanent, not found), a data or integrity error and an
+// unavailable database are taken as they are. The runtime then probes the
+// server before it counts the attempt.
+func needsProbe(c Class) bool {
 	return c == ClassTransient || c == ClassUnknown
 }
 
@@ -126,12 +130,16 @@ func classifySQLState(code string) Class {
 	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
 		return ClassUnavailable
 	}
-	switch code[:2] {
-	case "08", "53": // connection exception, insufficient resources
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"): // connection exception, insufficient resources
 		return ClassUnavailable
-	case "22", "23": // data exception, integrity constraint violation
+	case strings.HasPrefix(code, "22"), strings.HasPrefix(code, "23"): // data exception, integrity constraint violation
 		return ClassPermanent
 	}
+	// Anything else, an empty or short code among it. Read-only
+	// transactions (25006), permission denied (42501), a missing table or
+	// column (42P01, 42703) and server errors (58xxx, XX000) land here:
+	// they may refuse this event or every event, which the probe settles.
 	return ClassUnknown
 }
 

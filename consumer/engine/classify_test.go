@@ -42,6 +42,8 @@ func TestClassify(t *testing.T) {
 		{"admin shutdown", pg("57P01"), ClassUnavailable},
 		{"too many connections", pg("53300"), ClassUnavailable},
 		{"undefined table", pg("42P01"), ClassUnknown},
+		{"empty sqlstate", pg(""), ClassUnknown},
+		{"one-character sqlstate", pg("5"), ClassUnknown},
 		{"connection refused", &pgconn.ConnectError{}, ClassUnavailable},
 		{"other", io.ErrUnexpectedEOF, ClassUnknown},
 	}
@@ -69,7 +71,7 @@ func (db fakeDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	return db.begin(ctx)
 }
 
-func (db fakeDB) Probe(ctx context.Context) error {
+func (db fakeDB) Probe(ctx context.Context, _ func(context.Context, pgx.Tx) error) error {
 	if db.probe == nil {
 		db.t.Error("unexpected Probe")
 		return errors.New("unexpected Probe")
@@ -77,10 +79,11 @@ func (db fakeDB) Probe(ctx context.Context) error {
 	return db.probe(ctx)
 }
 
-// TestClassifyProbes: an error that carries neither a SQLSTATE nor a
-// handler's sentinel is settled by a probe; a failed probe makes the
-// attempt unavailable, a live server leaves the class as it was. Errors
-// the server or the handler explained are never probed.
+// TestClassifyProbes: a failure that would count towards the attempts
+// (transient or unknown), with or without a SQLSTATE, is settled by a
+// probe; a failed probe makes the attempt unavailable, a probe that commits
+// leaves the class as it was. A handler's verdict, a data error and an
+// unavailable database are never probed.
 func TestClassifyProbes(t *testing.T) {
 	hang := errors.New("no answer")
 	tests := []struct {
@@ -95,8 +98,15 @@ func TestClassifyProbes(t *testing.T) {
 		{"attempt timeout, server answers", fmt.Errorf("marking 1 events: %w", context.DeadlineExceeded), nil, true, ClassTransient, false},
 		{"broken connection, server gone", fmt.Errorf("x: %w", io.ErrUnexpectedEOF), hang, true, ClassUnavailable, true},
 		{"unknown error, server answers", fmt.Errorf("x: %w", io.ErrUnexpectedEOF), nil, true, ClassUnknown, false},
-		{"statement timeout", &pgconn.PgError{Code: "57014"}, hang, false, ClassTransient, false},
-		{"lock timeout", &pgconn.PgError{Code: "55P03"}, hang, false, ClassTransient, false},
+		{"statement timeout, server hangs", &pgconn.PgError{Code: "57014"}, hang, true, ClassUnavailable, true},
+		{"lock timeout, server answers", &pgconn.PgError{Code: "55P03"}, nil, true, ClassTransient, false},
+		{"read-only, probe refused too", &pgconn.PgError{Code: "25006"}, &pgconn.PgError{Code: "25006"}, true, ClassUnavailable, true},
+		{"permission denied, probe refused too", &pgconn.PgError{Code: "42501"}, &pgconn.PgError{Code: "42501"}, true, ClassUnavailable, true},
+		{"undefined table, probe commits", &pgconn.PgError{Code: "42P01"}, nil, true, ClassUnknown, false},
+		{"I/O error, probe refused too", &pgconn.PgError{Code: "58030"}, &pgconn.PgError{Code: "58030"}, true, ClassUnavailable, true},
+		{"deadlock, probe commits", &pgconn.PgError{Code: "40P01"}, nil, true, ClassTransient, false},
+		{"panic", fmt.Errorf("%w: boom", ErrPanic), nil, true, ClassUnknown, false},
+		{"bad data", &pgconn.PgError{Code: "22P02"}, hang, false, ClassPermanent, false},
 		{"not found", fmt.Errorf("x: %w", ErrNotFound), hang, false, ClassNotFound, false},
 		{"permanent", fmt.Errorf("x: %w", ErrInvalid), hang, false, ClassPermanent, false},
 		{"could not begin", fmt.Errorf("%w: x: %w", ErrUnavailable, context.DeadlineExceeded), nil, false, ClassUnavailable, true},

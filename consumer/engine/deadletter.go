@@ -15,6 +15,10 @@ import (
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 )
 
+// dlqMessageMaxBytes is the DLQ producer's message.max.bytes: the broker's
+// default socket.request.max.bytes less room for the request around it.
+const dlqMessageMaxBytes = 100_000_000
+
 // deadLetterer writes DLQ records with an idempotent producer and waits for
 // each acknowledgement. A fatal producer error (kafka.Error.IsFatal: the
 // idempotent producer can no longer guarantee order or no duplicates) is
@@ -40,13 +44,22 @@ func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent
 	// default of 1,000,000 slots is 16 MiB of Go heap that the garbage
 	// collector's heap goal doubles.
 	cfg["go.events.channel.size"] = 64
+	// A dead-letter copy is its source record plus the dlq.* headers; the
+	// DLQ topic's own max.message.bytes (dlq.MessageHeadroom above its
+	// source's) is the bound that matters, not librdkafka's default of
+	// 1,000,000 bytes, which is below Kafka's default topic limit.
+	cfg["message.max.bytes"] = dlqMessageMaxBytes
+	// A write that cannot succeed (topic missing, no broker) fails within
+	// this, so the partition is counted as waiting on the DLQ soon; the
+	// default is 5 minutes.
+	cfg["message.timeout.ms"] = int(dlqDeliveryTimeout / time.Millisecond)
 	p, err := kafka.NewProducer(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating dlq producer: %w", err)
 	}
 	d := &deadLetterer{producer: p, logger: logger, done: make(chan struct{})}
 	go d.drain()
-	if err := ensureDLQTopics(ctx, p, opts); err != nil {
+	if err := ensureDLQTopics(ctx, p, opts, logger); err != nil {
 		d.close()
 		return nil, err
 	}
@@ -99,9 +112,16 @@ func (d *deadLetterer) checkFatal(err error) error {
 	return err
 }
 
-// write produces rec and waits for the broker's acknowledgement. It fails
-// at once after a fatal producer error.
-func (d *deadLetterer) write(ctx context.Context, rec *kafka.Message) error {
+// dlqDeliveryTimeout bounds one DLQ write (message.timeout.ms).
+const dlqDeliveryTimeout = 30 * time.Second
+
+// write produces rec and waits for the broker's acknowledgement, or its
+// failure, which comes within dlqDeliveryTimeout. It fails at once after a
+// fatal producer error. It waits for the outcome even when the partition
+// is revoked meanwhile: a copy the DLQ acknowledged has its source offset
+// stored before the partition goes, so the next owner does not apply an
+// event that was dead-lettered too.
+func (d *deadLetterer) write(rec *kafka.Message) error {
 	if err := d.fatal(); err != nil {
 		return err
 	}
@@ -109,21 +129,15 @@ func (d *deadLetterer) write(ctx context.Context, rec *kafka.Message) error {
 	if err := d.producer.Produce(rec, delivery); err != nil {
 		return d.checkFatal(fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, err))
 	}
-	select {
-	case ev := <-delivery:
-		m, ok := ev.(*kafka.Message)
-		if !ok {
-			return fmt.Errorf("producing to %s: unexpected delivery event %v", *rec.TopicPartition.Topic, ev)
-		}
-		if m.TopicPartition.Error != nil {
-			return d.checkFatal(fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, m.TopicPartition.Error))
-		}
-		return nil
-	case <-ctx.Done():
-		// The record may still be delivered: at worst a duplicate DLQ record
-		// when the source record is dead-lettered again by its next owner.
-		return ctx.Err()
+	ev := <-delivery
+	m, ok := ev.(*kafka.Message)
+	if !ok {
+		return fmt.Errorf("producing to %s: unexpected delivery event %v", *rec.TopicPartition.Topic, ev)
 	}
+	if m.TopicPartition.Error != nil {
+		return d.checkFatal(fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, m.TopicPartition.Error))
+	}
+	return nil
 }
 
 func (d *deadLetterer) close() {
@@ -132,10 +146,11 @@ func (d *deadLetterer) close() {
 	<-d.done
 }
 
-// ensureDLQTopics creates the DLQ topic of every source topic that lacks
-// one, with the source's partition count and the broker's default
-// replication factor.
-func ensureDLQTopics(ctx context.Context, p *kafka.Producer, opts Options) error {
+// ensureDLQTopics makes sure the DLQ topic of every source topic exists
+// with settings under which its records never expire (dlq.EnsureTopics),
+// creating or altering it; it fails, and the consumer does not start, when
+// that is not possible.
+func ensureDLQTopics(ctx context.Context, p *kafka.Producer, opts Options, logger *slog.Logger) error {
 	a, err := kafka.NewAdminClientFromProducer(p)
 	if err != nil {
 		return fmt.Errorf("creating kafka admin client: %w", err)
@@ -143,30 +158,14 @@ func ensureDLQTopics(ctx context.Context, p *kafka.Producer, opts Options) error
 	defer a.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	desc, err := a.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames(opts.Topics))
+	changes, err := dlq.EnsureTopics(ctx, a, opts.Topics, opts.DLQSuffix)
 	if err != nil {
-		return fmt.Errorf("describing topics %v: %w", opts.Topics, err)
+		return err
 	}
-	var specs []kafka.TopicSpecification
-	for _, t := range desc.TopicDescriptions {
-		if t.Error.Code() != kafka.ErrNoError {
-			return fmt.Errorf("describing topic %s: %w", t.Name, t.Error)
-		}
-		specs = append(specs, kafka.TopicSpecification{
-			Topic: dlq.Topic(t.Name, opts.DLQSuffix), NumPartitions: len(t.Partitions), ReplicationFactor: -1,
-		})
+	for _, c := range changes {
+		logger.Warn("dlq topic setting changed so that dead letters never expire", "change", c)
 	}
-	res, err := a.CreateTopics(ctx, specs)
-	if err != nil {
-		return fmt.Errorf("creating dlq topics: %w", err)
-	}
-	var errs []error
-	for _, r := range res {
-		if c := r.Error.Code(); c != kafka.ErrNoError && c != kafka.ErrTopicAlreadyExists {
-			errs = append(errs, fmt.Errorf("creating dlq topic %s: %w", r.Topic, r.Error))
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // dlqStats refreshes eventforge_dlq_events and
@@ -185,9 +184,16 @@ func (r *Runtime) dlqStats(ctx context.Context, logs chan kafka.LogEvent) {
 		return
 	}
 	defer c.Close()
+	a, err := kafka.NewAdminClientFromConsumer(c)
+	if err != nil {
+		r.logger.Warn("creating dlq stats admin client", "err", err)
+		return
+	}
+	defer a.Close()
 	for {
 		for _, src := range r.opts.Topics {
 			topic := dlq.Topic(src, r.opts.DLQSuffix)
+			r.checkExpiry(ctx, a, topic)
 			st, err := dlq.ReadStats(ctx, c, topic)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -209,4 +215,76 @@ func (r *Runtime) dlqStats(ctx context.Context, logs chan kafka.LogEvent) {
 		case <-time.After(r.opts.DLQStatsInterval):
 		}
 	}
+}
+
+// checkExpiry sets eventforge_dlq_expiring for topic: 1 when the topic is
+// missing or its settings (altered since the consumer started, which set
+// them) let records be deleted without a purge, 0 otherwise.
+func (r *Runtime) checkExpiry(ctx context.Context, a *kafka.AdminClient, topic string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	settings, err := dlq.ReadSettings(ctx, a, topic)
+	switch {
+	case errors.Is(err, dlq.ErrNoTopic):
+		dlqExpiring.WithLabelValues(topic).Set(1)
+	case err != nil:
+		r.logger.Debug("reading dlq topic settings", "dlq_topic", topic, "err", err)
+	case len(dlq.Expiry(settings[topic])) > 0:
+		dlqExpiring.WithLabelValues(topic).Set(1)
+		r.logger.Warn("dlq topic lets dead letters expire", "dlq_topic", topic, "settings", dlq.Expiry(settings[topic]))
+	default:
+		dlqExpiring.WithLabelValues(topic).Set(0)
+	}
+}
+
+// Causes of eventforge_consumer_dlq_unavailable_partitions: why a
+// partition's dead letter cannot be written.
+const (
+	// CauseTopicMissing: the DLQ topic does not exist (deleted; consumers
+	// create it at start and the broker should not auto-create it).
+	CauseTopicMissing = "topic_missing"
+	// CauseNotAuthorized: the broker refuses the consumer's writes to it.
+	CauseNotAuthorized = "not_authorized"
+	// CauseTooLarge: the copy exceeds the DLQ topic's max.message.bytes,
+	// even with its failure message capped.
+	CauseTooLarge = "too_large"
+	// CauseWriteFailed: any other failed write (e.g. no broker answered
+	// within the delivery timeout).
+	CauseWriteFailed = "write_failed"
+)
+
+// dlqWriteCauses lists every cause, for the gauge's series.
+var dlqWriteCauses = []string{CauseTopicMissing, CauseNotAuthorized, CauseTooLarge, CauseWriteFailed}
+
+// dlqWriteCause names why a DLQ write failed, by its Kafka error code.
+func dlqWriteCause(err error) string {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return CauseWriteFailed
+	}
+	switch kerr.Code() {
+	case kafka.ErrUnknownTopicOrPart, kafka.ErrUnknownTopic:
+		return CauseTopicMissing
+	case kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed:
+		return CauseNotAuthorized
+	case kafka.ErrMsgSizeTooLarge, kafka.ErrInvalidMsgSize, kafka.ErrRecordListTooLarge:
+		return CauseTooLarge
+	}
+	return CauseWriteFailed
+}
+
+// setDLQUnavailable records why p's dead letter cannot be written (cause)
+// or that nothing waits for the DLQ (""), in
+// eventforge_consumer_dlq_unavailable_partitions. Only p's worker calls it.
+func (r *Runtime) setDLQUnavailable(p *partition, cause string) {
+	if p.dlqCause == cause {
+		return
+	}
+	if p.dlqCause != "" {
+		dlqUnavailablePartitions.WithLabelValues(r.opts.Name, p.dlqCause).Dec()
+	}
+	if cause != "" {
+		dlqUnavailablePartitions.WithLabelValues(r.opts.Name, cause).Inc()
+	}
+	p.dlqCause = cause
 }

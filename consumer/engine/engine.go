@@ -22,7 +22,8 @@
 // topic "<source><suffix>". A record waits without an attempt limit while
 // PostgreSQL is unavailable (see probe.go for how a database that hangs is
 // told from a transaction that is slow). Waits between attempts hold no
-// worker slot. docs/consumer.md is the contract in prose.
+// worker slot. A panic while applying is a failed attempt
+// (ErrPanic). docs/consumer.md is the contract in prose.
 package engine
 
 import (
@@ -32,6 +33,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -79,10 +81,19 @@ type Batcher interface {
 type DB interface {
 	// Begin starts a transaction on one of the DB's connections.
 	Begin(ctx context.Context) (pgx.Tx, error)
-	// Probe reports, within ctx, whether the server answers a trivial
-	// query on a connection of its own: not one its transactions may hold
-	// or wait for.
-	Probe(ctx context.Context) error
+	// Probe reports, within ctx, whether the server commits a
+	// transaction running writes on a connection of its own: not one its
+	// transactions may hold or wait for.
+	Probe(ctx context.Context, writes func(ctx context.Context, tx pgx.Tx) error) error
+}
+
+// Prober is implemented by a Handler whose writes the runtime's probe tries
+// too (probe.go): Probe runs in tx the statements Apply runs, on no rows
+// (e.g. with a condition no row meets), so that a database that refuses
+// them for every event — a table or column missing, a privilege revoked —
+// fails the probe and is unavailable, while it changes nothing.
+type Prober interface {
+	Probe(ctx context.Context, tx pgx.Tx) error
 }
 
 // Options configure a Runtime. A zero duration, size or suffix takes its
@@ -172,40 +183,6 @@ func orDefault[T int | time.Duration](v *T, d T) {
 	}
 }
 
-// librdkafka's fetching, bounded: what it prefetched for a partition is
-// dropped when the partition pauses, and it lives in C memory beside the Go
-// heap. The defaults let it hold 64 MiB of prefetched records (more with
-// their per-record structures) and receive fetch responses of up to 50 MiB.
-const (
-	// prefetchKBytes bounds librdkafka's prefetched records, all partitions
-	// together (queued.max.messages.kbytes).
-	prefetchKBytes = 4 << 10
-	// fetchMaxBytes bounds one fetch response (fetch.max.bytes). A
-	// response's buffer stays allocated while any record from it is
-	// queued, so smaller responses free memory sooner: 1 MiB instead of
-	// 4 MiB (and 256 KiB instead of 1 MiB per partition) took ~25 MiB off
-	// the consumer's C memory while applying a backlog, at the same rate.
-	fetchMaxBytes = 1 << 20
-	// partitionFetchBytes bounds one partition's share of a fetch response
-	// (max.partition.fetch.bytes, alias fetch.message.max.bytes); a larger
-	// record is still fetched whole.
-	partitionFetchBytes = 256 << 10
-	// fetchQueueBackoffMS is how soon a partition is fetched again after
-	// the prefetch bound was reached (fetch.queue.backoff.ms, default
-	// 1,000): with a small prefetch the bound is reached often, and a
-	// second's wait would starve the runtime's queues.
-	fetchQueueBackoffMS = 10
-	// fetchGatherBytes is the fetch.min.bytes of a fetch held for up to
-	// FetchWait: large enough that below a backlog the wait, not the size,
-	// ends it, and at most one partition's share of a response, so that a
-	// single partition's data can fill it.
-	fetchGatherBytes = 128 << 10
-)
-
-// DefaultFetchWait is FetchWait's default; docs/consumer.md (*Waiting for
-// more records*) has the measurements it was chosen from.
-const DefaultFetchWait = 10 * time.Millisecond
-
 // Runtime consumes Topics with a Handler. Create with New, then Run.
 type Runtime struct {
 	opts    Options
@@ -216,6 +193,8 @@ type Runtime struct {
 	slots chan struct{} // bounds concurrently applying partitions
 	dlq   *deadLetterer
 	kc    *kafka.Consumer // set by Run before subscribing
+
+	workerErr atomic.Pointer[error] // a worker's panic outside an attempt: ends Run
 
 	// Owned by the poll goroutine (Run's loop and the rebalance callback).
 	parts map[partKey]*partition
@@ -294,6 +273,9 @@ func (r *Runtime) loop(ctx context.Context, c *kafka.Consumer) error {
 			// supervisor restarts it) gets a new one and redelivers what
 			// was not dead-lettered.
 			return err
+		}
+		if err := r.workerErr.Load(); err != nil {
+			return *err
 		}
 		switch e := c.Poll(100).(type) {
 		case *kafka.Message:
@@ -464,34 +446,4 @@ func partitionList(tps []kafka.TopicPartition) []string {
 func isNoOffset(err error) bool {
 	var kerr kafka.Error
 	return errors.As(err, &kerr) && kerr.Code() == kafka.ErrNoOffset
-}
-
-// consumerSettings are the librdkafka properties of the Kafka consumer,
-// on top of kafkaconf.Base.
-func consumerSettings(o Options) kafka.ConfigMap {
-	settings := kafka.ConfigMap{
-		"group.id":                      o.Group,
-		"partition.assignment.strategy": "cooperative-sticky",
-		"auto.offset.reset":             "earliest",
-		// Offsets are stored by the runtime only after the DB commit (or the
-		// DLQ ack) and committed periodically, on revoke and on close.
-		"enable.auto.offset.store": false,
-		"enable.auto.commit":       true,
-		"auto.commit.interval.ms":  int(o.CommitPeriod / time.Millisecond),
-		"session.timeout.ms":       int(o.SessionTimeout / time.Millisecond),
-		"heartbeat.interval.ms":    int(max(o.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),
-		// librdkafka's own prefetch, on top of the runtime's queues. Pausing a
-		// partition discards what librdkafka prefetched for it, so a large
-		// prefetch is mostly fetched twice; its defaults also dominated the
-		// consumer's memory.
-		"queued.max.messages.kbytes": prefetchKBytes,
-		"fetch.max.bytes":            fetchMaxBytes,
-		"max.partition.fetch.bytes":  partitionFetchBytes,
-		"fetch.queue.backoff.ms":     fetchQueueBackoffMS,
-	}
-	if o.FetchWait > 0 {
-		settings["fetch.wait.max.ms"] = max(int(o.FetchWait/time.Millisecond), 1)
-		settings["fetch.min.bytes"] = fetchGatherBytes
-	}
-	return settings
 }

@@ -204,6 +204,21 @@ func (h *harness) effects(t *testing.T) map[string][]string {
 	return out
 }
 
+// wantAppliedOnce checks that every record of recs was applied once, with
+// its payload, and has its mark.
+func (h *harness) wantAppliedOnce(t *testing.T, recs []record) {
+	t.Helper()
+	effects := h.effects(t)
+	for _, r := range recs {
+		if got := effects[r.key]; len(got) != 1 || got[0] != r.payload {
+			t.Errorf("record %s applied as %v, want once", r.key, got)
+		}
+	}
+	if n := h.marks(t); n != len(recs) {
+		t.Errorf("%d marks, want %d", n, len(recs))
+	}
+}
+
 func (h *harness) marks(t *testing.T) int {
 	t.Helper()
 	var n int

@@ -36,6 +36,10 @@ var (
 		Name: "eventforge_consumer_unavailable_partitions",
 		Help: "Partitions whose next record waits because PostgreSQL does not answer (class unavailable: retried without an attempt limit).",
 	}, []string{"consumer"})
+	dlqUnavailablePartitions = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_consumer_dlq_unavailable_partitions",
+		Help: "Partitions whose next record waits because its dead letter cannot be written to the DLQ topic, by cause: topic_missing, not_authorized, too_large, write_failed.",
+	}, []string{"consumer", "cause"})
 	lagGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_consumer_lag",
 		Help: "Records not yet finished per assigned partition: high watermark minus the offset after the last finished record (summed over topics).",
@@ -48,6 +52,10 @@ var (
 	dlqEvents = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_dlq_events",
 		Help: "Records currently held by a DLQ topic (high minus low watermark, summed over partitions).",
+	}, []string{"topic"})
+	dlqExpiring = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_dlq_expiring",
+		Help: "1 when a DLQ topic is missing or its settings let records be deleted without a purge (finite retention.ms or retention.bytes, or compaction); 0 otherwise.",
 	}, []string{"topic"})
 	dlqOldestAge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_dlq_oldest_age_seconds",
@@ -64,5 +72,8 @@ func initMetrics(consumer string) {
 	conflictsTotal.WithLabelValues(consumer)
 	retriesTotal.WithLabelValues(consumer)
 	unavailablePartitions.WithLabelValues(consumer)
+	for _, c := range dlqWriteCauses {
+		dlqUnavailablePartitions.WithLabelValues(consumer, c)
+	}
 	applySeconds.WithLabelValues(consumer)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -13,9 +14,19 @@ import (
 )
 
 // work applies p's records until p stops. A stopped partition starts no
-// new batch: take returns nil, and attempt begins no transaction.
+// new batch: take returns nil, and attempt begins no transaction. A panic
+// outside an attempt (attempt recovers its own) is a fault of the runtime:
+// it ends Run with an error, so that the next process redelivers what was
+// not finished, instead of skipping the record.
 func (r *Runtime) work(p *partition) {
 	defer close(p.done)
+	defer func() {
+		if v := recover(); v != nil {
+			err := fmt.Errorf("worker of %s[%d] panicked: %v", p.topic, p.id, v)
+			r.logger.Error("worker panicked", "topic", p.topic, "partition", p.id, "panic", v, "stack", string(debug.Stack()))
+			r.workerErr.CompareAndSwap(nil, &err)
+		}
+	}()
 	for {
 		batch := p.take(r.opts.BatchSize, r.opts.BatchWait)
 		if batch == nil || !r.process(p, batch) {
@@ -170,12 +181,20 @@ const notFoundFirstWait = 5 * time.Millisecond
 // retrying the write until it succeeds or p stops. Only then may the source
 // offset be stored: a crash in between leaves the source record to be
 // redelivered and dead-lettered again (a duplicate DLQ record, never a lost
-// one).
+// one). While a write fails the partition waits without a limit, counted in
+// eventforge_consumer_dlq_unavailable_partitions with the cause
+// (dlqWriteCause); a copy the DLQ topic refuses as too large is written
+// again at once with its failure message capped (dlq.Failure.Capped).
 func (r *Runtime) deadLetter(p *partition, m *kafka.Message, eventID string, f dlq.Failure) bool {
+	defer r.setDLQUnavailable(p, "")
 	topic := dlq.Topic(p.topic, r.opts.DLQSuffix)
 	rec := dlq.Record(m, topic, f)
+	capped := false
 	for attempt := 1; ; attempt++ {
-		err := r.dlq.write(p.ctx, rec)
+		if p.ctx.Err() != nil {
+			return false // revoked before this write: the next owner decides
+		}
+		err := r.dlq.write(rec)
 		if err == nil {
 			break
 		}
@@ -184,8 +203,17 @@ func (r *Runtime) deadLetter(p *partition, m *kafka.Message, eventID string, f d
 			// to the next process.
 			return false
 		}
+		cause := dlqWriteCause(err)
+		if cause == CauseTooLarge && !capped {
+			capped = true
+			rec = dlq.Record(m, topic, f.Capped())
+			r.logger.Warn("dead-letter record too large; writing it with a capped failure message", "err", err, "dlq_topic", topic,
+				"event_id", eventID, "partition", p.id, "offset", m.TopicPartition.Offset)
+			continue
+		}
+		r.setDLQUnavailable(p, cause)
 		wait := backoff(attempt, r.opts.InitialBackoff, r.opts.MaxBackoff)
-		r.logger.Error("writing dead-letter record; retrying", "err", err, "dlq_topic", topic, "event_id", eventID,
+		r.logger.Error("writing dead-letter record; partition waits", "err", err, "cause", cause, "dlq_topic", topic, "event_id", eventID,
 			"partition", p.id, "offset", m.TopicPartition.Offset, "backoff", wait)
 		if !p.sleep(wait) {
 			return false

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -45,7 +46,10 @@ func TestUnavailableDatabaseWaits(t *testing.T) {
 	probe := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return db.Probe(ctx)
+		return db.Probe(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT 1`)
+			return err
+		})
 	}
 	if err := probe(); err != nil {
 		t.Fatalf("probe through the open route: %v", err)
@@ -118,15 +122,7 @@ func TestUnavailableDatabaseWaits(t *testing.T) {
 	bh.Unblock()
 	h.waitCommitted(t)
 
-	effects := h.effects(t)
-	for _, r := range recs {
-		if got := effects[r.key]; len(got) != 1 || got[0] != r.payload {
-			t.Errorf("record %s applied as %v, want once", r.key, got)
-		}
-	}
-	if n := h.marks(t); n != len(recs) {
-		t.Errorf("%d marks, want %d", n, len(recs))
-	}
+	h.wantAppliedOnce(t, recs)
 	if es := readDLQ(t, env); len(es) != 0 {
 		t.Errorf("DLQ holds %d records, want none; first: %s %s", len(es), es[0].Class, es[0].Message)
 	}

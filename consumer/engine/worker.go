@@ -28,7 +28,8 @@ type partition struct {
 	retrying atomic.Bool  // a record is failing and being retried
 	next     atomic.Int64 // offset after the last finished record; -1 unknown
 
-	unavailable bool // the current record waits for the database (worker only)
+	unavailable bool   // the current record waits for the database (worker only)
+	dlqCause    string // why the current record's dead letter cannot be written; "" (worker only)
 
 	paused bool // fetch paused (poll goroutine only)
 }

@@ -54,6 +54,22 @@ func (Handler) Queue(b *pgx.Batch, ev engine.Event) error {
 	}
 }
 
+// probeOrderID is an order ID no order has (the nil UUID): the probe runs
+// both changes on it, so they check their tables, columns and privileges
+// and change nothing.
+const probeOrderID = "00000000-0000-0000-0000-000000000000"
+
+// Probe implements engine.Prober: both statements, on an order that does
+// not exist.
+func (Handler) Probe(ctx context.Context, tx pgx.Tx) error {
+	for _, sql := range []string{processSQL, cancelSQL} {
+		if _, err := tx.Exec(ctx, sql, probeOrderID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // The two changes, one statement each. Both answer whether the order exists
 // (in the statement's snapshot, or because the statement changed it), so a
 // missing order rolls the transaction back instead of leaving a mark

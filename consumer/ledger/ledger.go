@@ -55,6 +55,23 @@ func (Handler) Apply(ctx context.Context, tx pgx.Tx, ev engine.Event) error {
 	}
 }
 
+// probeSQL reads an order and upserts its ledger row the way Apply does,
+// for an order ID no order has (the nil UUID), touching every column the
+// two upserts write: it checks their tables, columns and privileges and
+// changes nothing (engine.Prober).
+const probeSQL = `INSERT INTO ledger (customer_id, currency, order_count, total_cents, cancelled_count, cancelled_cents)
+	SELECT customer_id, currency, 1, total_cents, 1, total_cents FROM orders WHERE id = '00000000-0000-0000-0000-000000000000'
+	ON CONFLICT (customer_id, currency) DO UPDATE SET
+		order_count = ledger.order_count + 1, total_cents = ledger.total_cents + EXCLUDED.total_cents,
+		cancelled_count = ledger.cancelled_count + 1, cancelled_cents = ledger.cancelled_cents + EXCLUDED.cancelled_cents,
+		updated_at = now()`
+
+// Probe implements engine.Prober.
+func (Handler) Probe(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, probeSQL)
+	return err
+}
+
 // order reads the customer, currency and total of an order.
 func order(ctx context.Context, tx pgx.Tx, orderID string) (customer, currency string, total int64, err error) {
 	err = tx.QueryRow(ctx, `SELECT customer_id, currency, total_cents FROM orders WHERE id = $1`, orderID).Scan(&customer, &currency, &total)

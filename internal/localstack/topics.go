@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -33,12 +34,17 @@ func ensureTopics(ctx context.Context, bootstrap string, topics []TopicSpec, log
 	}
 	defer a.close()
 
+	topics = withDLQTopic(topics)
 	specs := make([]kafka.TopicSpecification, 0, len(topics))
 	for _, t := range topics {
 		if t.Name == "" || t.Partitions < 1 {
 			return fmt.Errorf("ensuring topics: invalid topic %+v", t)
 		}
-		specs = append(specs, kafka.TopicSpecification{Topic: t.Name, NumPartitions: t.Partitions, ReplicationFactor: 1})
+		spec := kafka.TopicSpecification{Topic: t.Name, NumPartitions: t.Partitions, ReplicationFactor: 1}
+		if t.Name == DefaultDLQTopic {
+			spec.Config = DLQTopicSettings
+		}
+		specs = append(specs, spec)
 	}
 	res, err := a.admin.CreateTopics(ctx, specs, kafka.SetAdminOperationTimeout(topicReadyTimeout))
 	if err != nil {
@@ -58,6 +64,40 @@ func ensureTopics(ctx context.Context, bootstrap string, topics []TopicSpec, log
 		return err
 	}
 	return waitTopics(ctx, a.admin, topics, log)
+}
+
+// DefaultDLQTopic is the dead-letter topic of DefaultTopic, created with
+// it: the consumers would create it at start, with the same settings.
+const DefaultDLQTopic = DefaultTopic + ".dlq"
+
+// DLQTopicSettings are the settings DefaultDLQTopic is created with: those
+// of consumer/dlq.TopicSettings (its records never expire and are never
+// compacted; consumer/dlq's tests hold the two equal), and a
+// max.message.bytes 64 KiB above Kafka's default for the dlq.* headers of
+// a dead-letter copy.
+var DLQTopicSettings = map[string]string{
+	"retention.ms":      "-1",
+	"retention.bytes":   "-1",
+	"cleanup.policy":    "delete",
+	"max.message.bytes": "1114124",
+}
+
+// withDLQTopic adds DefaultDLQTopic, with DefaultTopic's partitions, to
+// topics that hold DefaultTopic and not it.
+func withDLQTopic(topics []TopicSpec) []TopicSpec {
+	var src *TopicSpec
+	for i := range topics {
+		switch topics[i].Name {
+		case DefaultDLQTopic:
+			return topics
+		case DefaultTopic:
+			src = &topics[i]
+		}
+	}
+	if src == nil {
+		return topics
+	}
+	return append(slices.Clip(topics), TopicSpec{Name: DefaultDLQTopic, Partitions: src.Partitions})
 }
 
 // waitTopics waits until each topic has its partitions, each with a leader,

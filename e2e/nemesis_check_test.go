@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/contract"
@@ -49,12 +50,13 @@ func (r *scheduleResult) violate(format string, args ...any) {
 
 // scheduleRun is one schedule being run.
 type scheduleRun struct {
-	t          *testing.T
-	stack      *nemesisStack
-	work       *workload
-	mu         sync.Mutex
-	res        *scheduleResult
-	failedOver bool
+	t            *testing.T
+	stack        *nemesisStack
+	work         *workload
+	mu           sync.Mutex
+	res          *scheduleResult
+	failedOver   bool
+	failedOverAt time.Time // when the primary was killed
 }
 
 // runSchedule runs one schedule of seed with a fault phase of length phase
@@ -148,6 +150,67 @@ func (r *scheduleRun) heal() {
 		r.res.violate("restoring the topic limit: %v", err)
 	}
 	r.stack.healProcesses()
+	if r.failedOver && r.stack.mode == asyncStandby {
+		r.rewindConsumers()
+	}
+}
+
+// rewindMargin is how far before a failover the consumers are rewound: more
+// than an asynchronous standby lags behind here.
+const rewindMargin = time.Minute
+
+// rewindConsumers is the runbook for a failover to an asynchronous standby
+// (docs/operations.md): a consumer's transaction committed on the old
+// primary shortly before it died can be missing on the new one while its
+// Kafka offset stays committed, so that effect would never be applied
+// again. Stopping the consumers, moving each group's offsets back to a
+// minute before the failover, and starting them again redelivers those
+// events; the marks skip every one that survived.
+func (r *scheduleRun) rewindConsumers() {
+	at := r.failedOverAt.Add(-rewindMargin)
+	for _, c := range []struct{ name, group string }{{"fulfillment", r.stack.pl.env.Group}, {"ledger", r.stack.ledger}} {
+		comp := r.stack.byName[c.name]
+		comp.current().stop()
+		if err := rewindGroup(r.stack.kafka.Bootstrap, c.group, r.stack.pl.env.Topic, at); err != nil {
+			r.res.violate("rewinding group %s to %s: %v", c.group, at.Format(time.TimeOnly), err)
+		}
+		comp.restart()
+	}
+	r.t.Logf("consumers rewound to %s, %s before the failover", at.Format(time.TimeOnly), rewindMargin)
+}
+
+// rewindGroup commits, for the group, the offsets of topic's records at
+// time at (the end of a partition with none after it). The group must have
+// no member.
+func rewindGroup(bootstrap, group, topic string, at time.Time) error {
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": false, "log_level": 0})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	md, err := c.GetMetadata(&topic, false, 10000)
+	if err != nil {
+		return err
+	}
+	var tps []kafka.TopicPartition
+	for _, p := range md.Topics[topic].Partitions {
+		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.ID, Offset: kafka.Offset(at.UnixMilli())})
+	}
+	tps, err = c.OffsetsForTimes(tps, 10000)
+	if err != nil {
+		return err
+	}
+	for i, tp := range tps {
+		if tp.Offset < 0 { // no record at or after the time: the end
+			_, high, err := c.QueryWatermarkOffsets(topic, tp.Partition, 10000)
+			if err != nil {
+				return err
+			}
+			tps[i].Offset = kafka.Offset(high)
+		}
+	}
+	_, err = c.CommitOffsets(tps)
+	return err
 }
 
 // committedEvent is an event that committed on the surviving timeline.

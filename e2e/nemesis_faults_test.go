@@ -428,11 +428,12 @@ func applyPGRestart(ctx context.Context, r *scheduleRun, _ string, hold time.Dur
 func applyFailover(ctx context.Context, r *scheduleRun, _ string, _ time.Duration) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
+	killed := time.Now()
 	if err := r.stack.standby.Failover(cctx); err != nil {
 		return err
 	}
 	r.mu.Lock()
-	r.failedOver = true
+	r.failedOver, r.failedOverAt = true, killed
 	r.mu.Unlock()
 	return nil
 }

@@ -149,16 +149,29 @@ func (d *deadLetterer) close() {
 // ensureDLQTopics makes sure the DLQ topic of every source topic exists
 // with settings under which its records never expire (dlq.EnsureTopics),
 // creating or altering it; it fails, and the consumer does not start, when
-// that is not possible.
+// that is not possible. Kafka not answering is not such a case: the
+// consumer waits for it (a consumer started during a broker outage would
+// otherwise exit, and its supervisor restart it in a loop).
 func ensureDLQTopics(ctx context.Context, p *kafka.Producer, opts Options, logger *slog.Logger) error {
 	a, err := kafka.NewAdminClientFromProducer(p)
 	if err != nil {
 		return fmt.Errorf("creating kafka admin client: %w", err)
 	}
 	defer a.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	changes, err := dlq.EnsureTopics(ctx, a, opts.Topics, opts.DLQSuffix)
+	var changes []string
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		changes, err = dlq.EnsureTopics(actx, a, opts.Topics, opts.DLQSuffix)
+		cancel()
+		if err == nil || ctx.Err() != nil || !kafkaUnreachable(err) {
+			break
+		}
+		logger.Warn("kafka does not answer; waiting for it to check the dlq topics", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -166,6 +179,19 @@ func ensureDLQTopics(ctx context.Context, p *kafka.Producer, opts Options, logge
 		logger.Warn("dlq topic setting changed so that dead letters never expire", "change", c)
 	}
 	return nil
+}
+
+// kafkaUnreachable reports whether err says only that Kafka did not answer
+// in time.
+func kafkaUnreachable(err error) bool {
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		switch kerr.Code() {
+		case kafka.ErrTransport, kafka.ErrAllBrokersDown, kafka.ErrTimedOut, kafka.ErrTimedOutQueue, kafka.ErrRequestTimedOut, kafka.ErrNetworkException:
+			return true
+		}
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // dlqStats refreshes eventforge_dlq_events and

@@ -136,6 +136,11 @@ func TestNemesis(t *testing.T) {
 	s := readNemesisSettings(t)
 	totals := &nemesisTotals{faults: map[string]int{}, modes: map[standbyMode]int{}}
 	pg := nemesisPGVersion()
+	doc := os.Getenv("EVENTFORGE_NEMESIS_DOC")
+	rev := ""
+	if doc != "" {
+		rev = sourceRevision(t, filepath.Dir(doc)) // the code the binary under test was built from
+	}
 	began := time.Now()
 	for i := 0; i == 0 || time.Since(began)+s.faults+2*time.Minute < s.duration; i++ {
 		seed := s.seed + uint64(i)
@@ -149,8 +154,8 @@ func TestNemesis(t *testing.T) {
 		}
 	}
 	t.Log(totals.summary(s, pg))
-	if doc := os.Getenv("EVENTFORGE_NEMESIS_DOC"); doc != "" {
-		if err := writeNemesisRow(doc, pg, totals.row(s, pg, sourceRevision(t, filepath.Dir(doc)))); err != nil {
+	if doc != "" {
+		if err := writeNemesisRow(doc, pg, totals.row(s, pg, rev)); err != nil {
 			t.Errorf("writing the results into %s: %v", doc, err)
 		}
 	}

@@ -306,6 +306,13 @@ func killPostgres(ctx context.Context, l layout) (int, error) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return pid, fmt.Errorf("killing postgres (pid %d): %w", pid, err)
 	}
+	// Like the loss of the host: every process of the server dies with it.
+	// A backend left alone after its postmaster's death can run on for
+	// ever — one creating a logical slot waits in a sleep loop for WAL that
+	// nobody writes any more.
+	for _, p := range procs[:len(procs)-1] {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
 	for _, p := range procs {
 		if !waitGone(ctx, p, 30*time.Second) {
 			return pid, fmt.Errorf("killing postgres: pid %d (%s) still exists 30 s after its postmaster was killed", p, cmdline(p))

@@ -316,8 +316,9 @@ func (s *Standby) Stop(ctx context.Context, log *slog.Logger) error {
 }
 
 // KillPostgres SIGKILLs the postmaster of cfg's PostgreSQL (its configured
-// version) and waits until it and its children are gone, as a crash of the
-// machine would leave it (minus the page cache). It returns the killed pid.
+// version) and every process of it, and waits until they are gone, as a
+// crash of the machine would leave it (minus the page cache). It returns
+// the killed pid.
 func KillPostgres(ctx context.Context, cfg Config) (int, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {

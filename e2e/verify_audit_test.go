@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/internal/testenv"
 	eventforgev1 "github.com/eventforge/eventforge/proto/eventforge/v1"
@@ -70,10 +71,19 @@ func TestVerifyAfterOutboxPruned(t *testing.T) {
 		t.Fatalf("healthy pipeline: %d events, changes %v; want 8 events, 8 changes per consumer", before.LogicalEvents, before.BusinessChanges)
 	}
 
-	// The reader's pruning: DELETE outbox rows past the retention — here all.
-	tag, err := pl.env.Pool.Exec(ctx, `DELETE FROM outbox`)
-	if err != nil || tag.RowsAffected() != 8 {
-		t.Fatalf("pruning the outbox: %v (%d rows)", err, tag.RowsAffected())
+	// The reader's pruning: DELETE outbox rows past the retention — here
+	// all — saying so to the deletion trigger, which keeps nothing then.
+	var pruneCount int64
+	err := pgx.BeginFunc(ctx, pl.env.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('eventforge.outbox_pruning', 'on', true)`); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM outbox`)
+		pruneCount = tag.RowsAffected()
+		return err
+	})
+	if err != nil || pruneCount != 8 {
+		t.Fatalf("pruning the outbox: %v (%d rows)", err, pruneCount)
 	}
 	pruned := mustPass(t, "outbox pruned")
 	if pruned.LogicalEvents != 0 || pruned.Deliveries != 8 || pruned.BusinessChanges["ledger"] != 8 || pruned.BusinessChanges["fulfillment"] != 8 ||

@@ -18,6 +18,19 @@ import (
 	"github.com/eventforge/eventforge/schema"
 )
 
+// checkpointedThenStopped runs a reader until it published an event and
+// recorded a checkpoint, and stops it: what is committed next is a gap once
+// the slot is lost.
+func checkpointedThenStopped(t *testing.T, pl *pipeline) {
+	t.Helper()
+	reader, metrics := cdcReader(t, pl.env, "cdc-first", nil, gapFlags...)
+	waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active", func(v float64) bool { return v == 1 })
+	warm := insertOutboxRow(t, pl.env, uuid.NewString(), contract.TypeOrderCreated, `{"warm": true}`)
+	waitEventsInKafka(t, pl.env, []string{warm}, time.Minute)
+	waitCheckpointed(t, pl)
+	reader.stop()
+}
+
 // TestCDCGapRecoveryDeadLetters: a gap holds rows no record can be built
 // from (headers that are not a JSON object of strings) and a record over
 // the topic's max.message.bytes, beside an innocent order created and
@@ -31,12 +44,7 @@ func TestCDCGapRecoveryDeadLetters(t *testing.T) {
 	env := pl.env
 	const limit = 64 << 10
 	setTopicMaxMessageBytes(t, env.Endpoints.KafkaBootstrap, env.Topic, limit)
-	reader, metrics := cdcReader(t, env, "cdc", nil, gapFlags...)
-	waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active", func(v float64) bool { return v == 1 })
-	warm := insertOutboxRow(t, env, uuid.NewString(), contract.TypeOrderCreated, `{"warm": true}`)
-	waitEventsInKafka(t, env, []string{warm}, time.Minute)
-	waitCheckpointed(t, pl)
-	reader.stop()
+	checkpointedThenStopped(t, pl)
 
 	ctx := context.Background()
 	innocent := uuid.NewString()
@@ -63,7 +71,7 @@ func TestCDCGapRecoveryDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, metrics = cdcReader(t, env, "cdc-recovering", nil, gapFlags...)
+	_, metrics := cdcReader(t, env, "cdc-recovering", nil, gapFlags...)
 	waitMetric(t, metrics, "eventforge_cdc_gap_recoveries_total", 2*time.Minute, "the gap recovered", func(v float64) bool { return v >= 1 })
 	waitEventsInKafka(t, env, []string{created, cancelled, deleted}, time.Minute)
 	after := insertOutboxRow(t, env, uuid.NewString(), contract.TypeOrderCreated, `{"after": true}`)
@@ -107,12 +115,7 @@ func TestCDCGapRecoveryCommitOrder(t *testing.T) {
 	stack := testenv.NewPrivate(t, testenv.WithoutKafka(), testenv.WithPGSettings("track_commit_timestamp = on"))
 	env := stack.EnvOnSharedKafka(t)
 	pl := newPipelineOn(t, env)
-	reader, metrics := cdcReader(t, env, "cdc", nil, gapFlags...)
-	waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active", func(v float64) bool { return v == 1 })
-	warm := insertOutboxRow(t, env, uuid.NewString(), contract.TypeOrderCreated, `{"warm": true}`)
-	waitEventsInKafka(t, env, []string{warm}, time.Minute)
-	waitCheckpointed(t, pl)
-	reader.stop()
+	checkpointedThenStopped(t, pl)
 
 	ctx := context.Background()
 	order := uuid.NewString()
@@ -138,7 +141,7 @@ func TestCDCGapRecoveryCommitOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, metrics = cdcReader(t, env, "cdc-recovering", nil, gapFlags...)
+	_, metrics := cdcReader(t, env, "cdc-recovering", nil, gapFlags...)
 	waitMetric(t, metrics, "eventforge_cdc_gap_recoveries_total", 2*time.Minute, "the gap recovered", func(v float64) bool { return v >= 1 })
 	waitEventsInKafka(t, env, []string{created, cancelled}, time.Minute)
 	recs, err := testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
@@ -266,11 +269,7 @@ func TestCDCGapUnderNoCreateSlot(t *testing.T) {
 	pl := newPipeline(t)
 	env := pl.env
 	ctx := context.Background()
-	first, _ := cdcReader(t, env, "cdc-first", nil, gapFlags...)
-	warm := insertOutboxRow(t, env, uuid.NewString(), contract.TypeOrderCreated, `{"warm": true}`)
-	waitEventsInKafka(t, env, []string{warm}, time.Minute)
-	waitCheckpointed(t, pl)
-	first.stop()
+	checkpointedThenStopped(t, pl)
 	if err := schema.DropSlot(ctx, env.Pool, env.Slot); err != nil {
 		t.Fatal(err)
 	}

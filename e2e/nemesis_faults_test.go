@@ -75,6 +75,8 @@ var faultKinds = []faultKind{
 		resources: func(string) []string { return []string{"broker"} }, apply: applyBrokerRestart},
 	{name: "topic limit lowered", weight: 5, minHold: 5 * time.Second, maxHold: 20 * time.Second,
 		resources: func(string) []string { return []string{"topic"} }, apply: applyTopicLimit},
+	{name: "broker paused under a lowered topic limit", weight: 4, minHold: 3 * time.Second, maxHold: 12 * time.Second,
+		resources: func(string) []string { return []string{"broker", "topic"} }, apply: applyPauseUnderLimit},
 	{name: "slot dropped", weight: 5, minHold: 0, maxHold: 0,
 		resources: func(string) []string { return []string{"slot", "pg"} }, apply: applySlotDrop(false)},
 	{name: "slot dropped and recreated", weight: 5, minHold: 0, maxHold: 0,
@@ -269,6 +271,28 @@ func applyTopicLimit(ctx context.Context, r *scheduleRun, _ string, hold time.Du
 		err := alterTopicMaxMessageBytes(bootstrap, topic, 0)
 		if err == nil || context.Cause(ctx) != nil {
 			return err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// applyPauseUnderLimit lowers the topic's limit, then pauses the broker for
+// hold: what the relay produces meanwhile piles up in requests in flight
+// together, a refused batch and the requests behind it, which the broker
+// answers one after the other when it resumes, still under the lowered
+// limit. An order whose first record is in a refused batch and whose next
+// one is in a later request is where a producer's retries would reorder it.
+func applyPauseUnderLimit(ctx context.Context, r *scheduleRun, _ string, hold time.Duration) error {
+	bootstrap, topic := r.stack.kafka.Bootstrap, r.stack.pl.env.Topic
+	if err := alterTopicMaxMessageBytes(bootstrap, topic, nemesisTopicLimit); err != nil {
+		return err
+	}
+	err := applyBrokerPause(ctx, r, "", hold)
+	sleepCtx(ctx, 3*time.Second)
+	for {
+		rerr := alterTopicMaxMessageBytes(bootstrap, topic, 0)
+		if rerr == nil || context.Cause(ctx) != nil {
+			return errors.Join(err, rerr)
 		}
 		time.Sleep(time.Second)
 	}

@@ -32,7 +32,7 @@ import (
 // and the faults), nemesis_check_test.go (the checks).
 
 // nemesisSettings are what `make nemesis` passes: EVENTFORGE_NEMESIS_DURATION
-// (the run, default 4m), EVENTFORGE_NEMESIS_SEED (default 6, whose plan has
+// (the run, default 4m), EVENTFORGE_NEMESIS_SEED (default 8, whose plan has
 // a standby, a failover and a partitioned reader) and
 // EVENTFORGE_NEMESIS_FAULTS (the fault phase of one schedule, default 75s).
 // The PostgreSQL version is the stack's ($EVENTFORGE_PG_VERSION, `PG=`).
@@ -43,7 +43,7 @@ type nemesisSettings struct {
 }
 
 func readNemesisSettings(t *testing.T) nemesisSettings {
-	s := nemesisSettings{duration: 4 * time.Minute, seed: 6, faults: 75 * time.Second}
+	s := nemesisSettings{duration: 4 * time.Minute, seed: 8, faults: 75 * time.Second}
 	dur := func(name string, d *time.Duration) {
 		if v := os.Getenv(name); v != "" {
 			var err error

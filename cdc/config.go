@@ -1,10 +1,3 @@
-// Package cdc is EventForge's relay: it streams committed outbox inserts from
-// a PostgreSQL logical replication slot (pgoutput) to Kafka, keyed by the
-// aggregate ID, and confirms a transaction's WAL position to the slot only
-// after Kafka acknowledged every event of it and of every earlier
-// transaction. A crash between the acknowledgement and the confirmation
-// republishes the event on restart: at-least-once delivery, with the event ID
-// preserved so consumers apply it once. docs/cdc.md is the contract.
 package cdc
 
 import (
@@ -15,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eventforge/eventforge/cdc/sink/kafkasink"
+	"github.com/eventforge/eventforge/cdc/standby"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/logging"
 )
@@ -25,8 +20,9 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL connection string. The role needs the
 	// REPLICATION attribute (and CREATE on the database to create the slot).
 	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL (role with REPLICATION)." default:"${database_url}"`
-	// KafkaBrokers is the Kafka bootstrap server list.
-	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
+	// Kafka is the Kafka sink's settings: the bootstrap servers and the
+	// producer properties an operator may set.
+	Kafka kafkasink.Config `embed:""`
 	// Slot is the logical replication slot to read.
 	Slot string `name:"slot" help:"Logical replication slot to read." default:"${slot}"`
 	// Publication is the pgoutput publication on the outbox table.
@@ -82,7 +78,7 @@ type Config struct {
 	// CheckpointTable is the schema-qualified table where the reader keeps
 	// its slot checkpoint: the position it may confirm up to and the
 	// transaction below which every outbox row is published (created by
-	// `eventforge migrate`; gap.go).
+	// `eventforge migrate`; package gap).
 	CheckpointTable string `name:"checkpoint-table" help:"Schema-qualified table for the reader's slot checkpoint (gap recovery after a lost slot or a failover)." default:"public.cdc_checkpoints"`
 	// CheckpointInterval is how often the active reader records the
 	// transaction below which every outbox row is published; after a lost
@@ -91,53 +87,22 @@ type Config struct {
 	// SynchronizedStandbySlots are physical slots of standbys on the
 	// primary; a transaction's events are produced only once every one of
 	// them flushed its commit, so a promoted standby has every order whose
-	// event was published (standbys.go). PostgreSQL 17 does this itself
+	// event was published (package standby). PostgreSQL 17 does this itself
 	// with synchronized_standby_slots. NoStandbyWait ("none") publishes
 	// without waiting; left empty on a server with standbys and nothing
 	// that holds the relay back, the reader refuses to publish.
 	SynchronizedStandbySlots []string `name:"synchronized-standby-slots" help:"Physical slots of standbys: publish a transaction only once they flushed its commit, so a promoted standby has every published order (17+: or synchronized_standby_slots on the server). 'none' publishes without waiting (a failover can leave events of orders the new primary lacks); unset, the reader refuses to publish on a server with standbys." sep:","`
-	// ProducerSettings are librdkafka properties for the reader's producer
-	// (e.g. request.timeout.ms, socket.timeout.ms), applied after the
-	// reader's own; the properties the delivery contract rests on
-	// (ProtectedProducerSettings) are refused.
-	ProducerSettings map[string]string `name:"kafka-producer-setting" help:"librdkafka property key=value for the reader's producer (repeatable); the delivery, ordering and queue settings cannot be changed."`
-}
-
-// ProtectedProducerSettings are the librdkafka properties of the reader's
-// producer that --kafka-producer-setting may not change: idempotence and
-// acks (no loss, no duplicate within a session), the infinite message
-// timeout (no gap in a partition's sequence, see docs/cdc.md), retries and
-// in-flight requests (ordering), the partitioner (an order's records in one
-// partition, the same one the replay commands choose), the queue sizes
-// derived from the in-flight bounds, the connection and the Go channels.
-var ProtectedProducerSettings = []string{
-	"enable.idempotence", "acks", "request.required.acks", "message.timeout.ms", "delivery.timeout.ms",
-	"retries", "message.send.max.retries", "max.in.flight", "max.in.flight.requests.per.connection",
-	"enable.gapless.guarantee", "transactional.id", "queue.buffering.max.messages", "queue.buffering.max.kbytes", "partitioner",
-	"bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",
 }
 
 // NoStandbyWait, as --synchronized-standby-slots, publishes without waiting
 // for standbys.
-const NoStandbyWait = "none"
-
-// waitsForStandbys reports whether the reader holds a transaction's events
-// until the standby slots flushed its commit.
-func (c Config) waitsForStandbys() bool {
-	return len(c.SynchronizedStandbySlots) > 0 && !c.noStandbyWait()
-}
-
-// noStandbyWait reports whether the operator chose to publish without
-// waiting for standbys.
-func (c Config) noStandbyWait() bool {
-	return len(c.SynchronizedStandbySlots) == 1 && c.SynchronizedStandbySlots[0] == NoStandbyWait
-}
+const NoStandbyWait = standby.NoWait
 
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
 		DatabaseURL:        contract.DatabaseURL,
-		KafkaBrokers:       contract.KafkaBrokers,
+		Kafka:              kafkasink.Config{Brokers: contract.KafkaBrokers},
 		Slot:               contract.Slot,
 		Publication:        contract.Publication,
 		OutboxTable:        "public.outbox",
@@ -171,8 +136,8 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("database-url is required"))
 	}
-	if c.KafkaBrokers == "" {
-		errs = append(errs, errors.New("kafka-brokers is required"))
+	if err := c.Kafka.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Slot == "" || c.Publication == "" {
 		errs = append(errs, errors.New("slot and publication are required"))
@@ -203,12 +168,6 @@ func (c Config) Validate() error {
 	}
 	if c.OutboxRetention > 0 && (c.PruneInterval <= 0 || c.PruneBatch < 1) {
 		errs = append(errs, errors.New("outbox-prune-interval and outbox-prune-batch must be positive when outbox-retention is set"))
-	}
-	for k := range c.ProducerSettings {
-		if slices.Contains(ProtectedProducerSettings, k) || strings.HasPrefix(k, "go.") ||
-			strings.HasPrefix(k, "ssl.") || strings.HasPrefix(k, "sasl.") {
-			errs = append(errs, fmt.Errorf("kafka-producer-setting %s: the reader sets it itself and it cannot be changed", k))
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/cdc/deadletter"
 )
 
 // ReplayDeadLettersCommand is what an operator runs to publish the relay's
@@ -17,7 +17,7 @@ const ReplayDeadLettersCommand = "eventforge outbox dead-letters replay"
 
 // relayDeadLetters are the audited slot's rows of the relay's dead-letter
 // table (records Kafka refused permanently), by event ID.
-type relayDeadLetters map[string]cdc.DeadLetter
+type relayDeadLetters map[string]deadletter.Row
 
 // pending reports whether the relay dead-lettered event id and nobody
 // replayed it yet.
@@ -43,7 +43,7 @@ func (a *auditor) relayDeadLetters(ctx context.Context) (relayDeadLetters, error
 		return nil, fmt.Errorf("reading %s: %w", table, err)
 	}
 	defer conn.Release()
-	dls, err := cdc.ListDeadLetters(ctx, conn.Conn(), table, false)
+	dls, err := deadletter.List(ctx, conn.Conn(), table, false)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (a *auditor) checkRelayDeadLetters(rep *Report, relay relayDeadLetters, fir
 
 // walBefore orders dead letters as the relay met them: by LSN, then event
 // ID.
-func walBefore(x, y cdc.DeadLetter) bool {
+func walBefore(x, y deadletter.Row) bool {
 	lx, errx := pglogrepl.ParseLSN(x.LSN)
 	ly, erry := pglogrepl.ParseLSN(y.LSN)
 	if errx == nil && erry == nil && lx != ly {

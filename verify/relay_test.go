@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/cdc/deadletter"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
 
 // deadLetter is a row of the relay's dead-letter table for the audited
 // slot; replayed sets replayed_at.
-func deadLetter(id, order, typ, lsn string, replayed bool) cdc.DeadLetter {
-	d := cdc.DeadLetter{EventID: id, Slot: DefaultConfig().Slot, LSN: lsn, Topic: DefaultConfig().Topic, AggregateID: order, Type: typ,
+func deadLetter(id, order, typ, lsn string, replayed bool) deadletter.Row {
+	d := deadletter.Row{EventID: id, Slot: DefaultConfig().Slot, LSN: lsn, Topic: DefaultConfig().Topic, AggregateID: order, Type: typ,
 		ErrorCode: "MSG_SIZE_TOO_LARGE", Attempts: 2, DeadLetteredAt: time.Date(2025, 5, 1, 10, 0, 0, 0, time.UTC)}
 	if replayed {
 		at := d.DeadLetteredAt.Add(time.Hour)

@@ -5,7 +5,7 @@
 //
 // Workers claim batches of outbox rows with SELECT … ORDER BY seq LIMIT n
 // FOR UPDATE SKIP LOCKED in a transaction, produce them to Kafka with the
-// same idempotent, acks=all producer and the same record (cdc/publish.Record)
+// same idempotent, acks=all producer and the same record (cdc/sink/kafkasink.Record)
 // the CDC reader uses, wait for every acknowledgement, delete the rows and
 // commit. A row is deleted only after Kafka acknowledged its record, so a
 // crash publishes it again (at least once; consumers dedupe on the event ID).
@@ -40,7 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventforge/eventforge/cdc/decode"
-	"github.com/eventforge/eventforge/cdc/publish"
+	"github.com/eventforge/eventforge/cdc/sink/kafkasink"
 	"github.com/eventforge/eventforge/contract"
 )
 
@@ -125,9 +125,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
 	defer pool.Close()
-	pub, err := publish.New(publish.Options{
+	pub, err := kafkasink.New(kafkasink.Options{
 		Bootstrap: cfg.Brokers, ClientID: "eventforge-bench-polling",
-		Router: publish.Router{Fallback: cfg.Topic},
 		// As the reader: no record times out, so a Kafka outage pauses the
 		// relay instead of failing records out of order.
 		Extra: kafka.ConfigMap{"message.timeout.ms": 0},
@@ -169,7 +168,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 
 // publisher is what a worker needs of the Kafka publisher.
 type publisher interface {
-	Publish(ctx context.Context, ev *decode.Event, group, opaque any) error
+	Publish(ctx context.Context, ev *decode.Event, topic string, group, opaque any) error
 }
 
 // worker claims, publishes and deletes the rows of one bucket.
@@ -225,7 +224,7 @@ func (w *worker) relayBatch(ctx context.Context) (int, error) {
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID
-		if err := w.pub.Publish(ctx, ev, b, b); err != nil {
+		if err := w.pub.Publish(ctx, ev, w.cfg.Topic, b, b); err != nil {
 			return 0, err
 		}
 	}

@@ -18,7 +18,7 @@ func runCDC(env *runEnv, cfg cdc.Config, metricsAddr string) error {
 	health := &cdc.Health{}
 	g.Go(func() error {
 		defer stop()
-		return cdc.RunHealth(ctx, cfg, env.logger, health)
+		return cdc.Run(ctx, cfg, env.logger, cdc.WithHealth(health))
 	})
 	g.Go(func() error { return metrics.ServeReady(rctx, metricsAddr, env.logger, nil, health.Ready) })
 	return g.Wait()

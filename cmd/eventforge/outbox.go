@@ -10,7 +10,9 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/cdc/deadletter"
+	"github.com/eventforge/eventforge/cdc/replay"
+	"github.com/eventforge/eventforge/cdc/sink/kafkasink"
 )
 
 type outboxCmd struct {
@@ -36,7 +38,7 @@ func (c *deadLettersListCmd) Run(env *runEnv) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(env.ctx))
-	dls, err := cdc.ListDeadLetters(env.ctx, conn, c.Table, !c.All)
+	dls, err := deadletter.List(env.ctx, conn, c.Table, !c.All)
 	if err != nil {
 		return err
 	}
@@ -67,13 +69,13 @@ type deadLettersReplayCmd struct {
 }
 
 func (c *deadLettersReplayCmd) Run(env *runEnv) error {
-	res, err := cdc.ReplayDeadLetters(env.ctx, cdc.DeadLetterReplayConfig{
+	res, err := deadletter.Replay(env.ctx, deadletter.ReplayConfig{
 		DatabaseURL:  c.DatabaseURL,
-		KafkaBrokers: c.KafkaBrokers,
+		Driver:       kafkasink.Driver{Bootstrap: c.KafkaBrokers, Logger: env.logger},
 		Table:        c.Table,
 		EventIDs:     c.EventID,
 		FlushTimeout: c.FlushTimeout,
-	}, env.logger)
+	})
 	return replayEnded(env, "dead letters", "the dead-letter table", "", int64(res.Published), int64(res.Selected), res.Missing, err)
 }
 
@@ -90,9 +92,9 @@ type outboxReplayCmd struct {
 }
 
 func (c *outboxReplayCmd) Run(env *runEnv) error {
-	cfg := cdc.ReplayConfig{
+	cfg := replay.Config{
 		DatabaseURL:   c.DatabaseURL,
-		KafkaBrokers:  c.KafkaBrokers,
+		Driver:        kafkasink.Driver{Bootstrap: c.KafkaBrokers, Logger: env.logger},
 		OutboxTable:   c.OutboxTable,
 		Topics:        c.Topics,
 		TopicFallback: c.TopicFallback,
@@ -118,7 +120,7 @@ func (c *outboxReplayCmd) Run(env *runEnv) error {
 		}
 		_ = bar.Set64(acked)
 	}
-	res, err := cdc.Replay(env.ctx, cfg, env.logger, progress)
+	res, err := replay.Run(env.ctx, cfg, progress)
 	if bar != nil {
 		_ = bar.Finish()
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/eventforge/eventforge/cdc"
+	"github.com/eventforge/eventforge/cdc/slot"
 )
 
 type slotCmd struct {
@@ -42,7 +42,7 @@ func (c *slotStatusCmd) Run(env *runEnv) error {
 		return err
 	}
 	defer conn.Close(env.ctx)
-	st, err := cdc.ReadSlotStatus(env.ctx, conn, c.Slot)
+	st, err := slot.ReadStatus(env.ctx, conn, c.Slot)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (c *slotDropCmd) Run(env *runEnv) error {
 		return err
 	}
 	defer conn.Close(env.ctx)
-	if err := cdc.DropSlot(env.ctx, conn, c.Slot); err != nil {
+	if err := slot.Drop(env.ctx, conn, c.Slot); err != nil {
 		return err
 	}
 	fmt.Printf("dropped replication slot %s\n", c.Slot)

@@ -1,0 +1,109 @@
+package gap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventforge/eventforge/cdc/control"
+	"github.com/eventforge/eventforge/cdc/outbox"
+	"github.com/eventforge/eventforge/cdc/slot"
+)
+
+// Checkpoint is the relay's checkpoint of one slot (a row of the
+// checkpoint table).
+type Checkpoint struct {
+	Found bool
+	// Limit is the position the relay may confirm to its slot up to.
+	Limit pglogrepl.LSN
+	// PublishedBelow is the 64-bit transaction ID below which every outbox
+	// row was acknowledged; nil when unknown.
+	PublishedBelow *int64
+}
+
+// Reason says why the slot cannot be trusted to hold every unpublished
+// row, or "" when it can. A slot with no checkpoint yet (the first start
+// after `eventforge migrate`, or after an upgrade that added the table) is
+// adopted as it is.
+func Reason(st slot.State, cp Checkpoint) string {
+	switch {
+	case !st.Exists && cp.Found:
+		return "the replication slot is missing (dropped, or this server is a promoted standby without it)"
+	case !st.Exists:
+		return "the replication slot is missing and no checkpoint exists"
+	case st.WALStatus == "lost" || st.Invalidation != "":
+		why := st.Invalidation
+		if why == "" {
+			why = "wal_status lost"
+		}
+		return fmt.Sprintf("the replication slot was invalidated (%s)", why)
+	case cp.Found && st.Confirmed > cp.Limit:
+		return fmt.Sprintf("the replication slot is confirmed at %s, past every position this reader confirmed (%s): it was recreated, or this server is not the one the reader confirmed on", st.Confirmed, cp.Limit)
+	}
+	return ""
+}
+
+// ReadCheckpoint reads the slot's checkpoint row from table.
+func ReadCheckpoint(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string) (Checkpoint, error) {
+	var (
+		cp    Checkpoint
+		limit string
+	)
+	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT confirm_limit::text, published_below FROM `+table.Sanitize()+` WHERE slot = $1`, slot).
+			Scan(&limit, &cp.PublishedBelow)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Checkpoint{}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("reading the checkpoint of slot %s: %w", slot, err)
+	}
+	if cp.Limit, err = pglogrepl.ParseLSN(limit); err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint confirm_limit %q: %w", limit, err)
+	}
+	cp.Found = true
+	return cp, nil
+}
+
+// RaiseLimit raises the slot's confirm limit to lsn (never lowers it),
+// creating the row if needed, and returns the limit now stored. lsn must be
+// a position the slot streamed to this process (Limit).
+func RaiseLimit(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
+	var limit pglogrepl.LSN
+	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `INSERT INTO `+table.Sanitize()+` AS c (slot, confirm_limit) VALUES ($1, $2::text::pg_lsn)
+			ON CONFLICT (slot) DO UPDATE SET confirm_limit = greatest(c.confirm_limit, excluded.confirm_limit), updated_at = now()
+			RETURNING confirm_limit::text`, slot, lsn.String()).Scan(control.LSN{Dst: &limit})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("raising the confirm limit of slot %s: %w", slot, err)
+	}
+	return limit, nil
+}
+
+// RecordPublishedBelow records that every outbox row inserted by a
+// transaction below xid is published (never lowering what is recorded).
+func RecordPublishedBelow(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string, xid int64) error {
+	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `UPDATE `+table.Sanitize()+`
+			SET published_below = greatest(coalesce(published_below, 0), $2), updated_at = now() WHERE slot = $1`, slot, xid)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recording the checkpoint of slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// describeFrom says where a recovery republishes from.
+func describeFrom(publishedBelow *int64) string {
+	if publishedBelow == nil {
+		return "every stored outbox row (no checkpoint of what was published)"
+	}
+	return "outbox rows of transactions from " + strconv.FormatInt(*publishedBelow, 10) + " on"
+}

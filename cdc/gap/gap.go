@@ -1,0 +1,166 @@
+// Package gap finds and closes the gaps a lost replication slot leaves.
+//
+// A logical slot lives on one server. It is lost when it is dropped, when
+// max_slot_wal_keep_size invalidates it, and when a standby without it is
+// promoted (PostgreSQL 16 and older never copy logical slots to a standby;
+// 17 does for a failover slot that was synchronised in time). A slot created
+// afresh streams only what commits after its creation: rows committed in
+// between would never be published. The relay never lets that pass
+// silently. Before every session it checks its slot against its checkpoint
+// (table --checkpoint-table, one row per slot; Checkpoint):
+//
+//   - confirm_limit: the relay raises this limit, durably, before it
+//     confirms a position past it (Limit). Only the relay advances its
+//     slot, so a slot confirmed past the limit was not advanced by it: the
+//     slot was recreated, or the server is not the one the relay confirmed
+//     on.
+//   - published_below: a 64-bit transaction ID below which every outbox row
+//     was acknowledged by the sink (package retention takes it from the
+//     marks it prunes by, and says why a mark proves it).
+//
+// A slot that is missing, invalidated, or confirmed past the limit is a gap
+// (Reason). The relay then recovers (Guard.Prepare, recover.go): it drops
+// what is left of the slot, creates it again exporting a snapshot,
+// republishes every outbox row of that snapshot inserted by a transaction at
+// or above published_below, with its original event ID (republish.go),
+// waits for the sink to acknowledge them, records the recovery, and only
+// then streams from the new slot, whose first change is the first commit
+// the snapshot did not see. Duplicates are possible, loss is not.
+// docs/cdc.md, "A lost slot and failover", has the argument and the limits.
+package gap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/eventforge/eventforge/cdc/control"
+	"github.com/eventforge/eventforge/cdc/deadletter"
+	"github.com/eventforge/eventforge/cdc/metrics"
+	"github.com/eventforge/eventforge/cdc/outbox"
+	"github.com/eventforge/eventforge/cdc/progress"
+	"github.com/eventforge/eventforge/cdc/sink"
+	"github.com/eventforge/eventforge/cdc/slot"
+)
+
+// ErrRefused means a gap was found and the relay may not create a slot
+// (--no-create-slot).
+var ErrRefused = errors.New("replication slot gap")
+
+// Config is what gap recovery needs of the relay's configuration.
+type Config struct {
+	// DatabaseURL reaches the database: the recovery opens a replication
+	// connection to create the slot and a connection that reads its
+	// snapshot.
+	DatabaseURL string
+	Slot        string
+	Outbox      outbox.Table
+	DeadLetters outbox.Table
+	Checkpoints outbox.Table
+	// NoCreateSlot forbids creating the slot: a gap waits for a relay
+	// that may.
+	NoCreateSlot bool
+	// LogEvery is how often a recovery waiting to create its slot logs what
+	// it waits for.
+	LogEvery time.Duration
+	// Stall is how long the recovery waits for a delivery report before it
+	// gives up and starts over.
+	Stall time.Duration
+	// MaxInflight bounds the records of a recovery awaiting acknowledgement.
+	MaxInflight int
+}
+
+// Guard checks the slot against its checkpoint before each session of one
+// leadership, and recovers a gap.
+type Guard struct {
+	cfg    Config
+	ctl    *control.Conn
+	driver sink.Driver
+	router sink.Router
+	dead   *deadletter.Recorder
+	limit  *Limit
+	m      *metrics.Slot
+	prog   *progress.Progress
+	logger *slog.Logger
+}
+
+// Deps are what a Guard works with, shared with the rest of the relay.
+type Deps struct {
+	Control     *control.Conn
+	Driver      sink.Driver
+	Router      sink.Router
+	DeadLetters *deadletter.Recorder
+	Limit       *Limit
+	Metrics     *metrics.Slot
+	Progress    *progress.Progress
+	Logger      *slog.Logger
+}
+
+// NewGuard returns the guard of one leadership.
+func NewGuard(cfg Config, d Deps) *Guard {
+	return &Guard{cfg: cfg, ctl: d.Control, driver: d.Driver, router: d.Router, dead: d.DeadLetters,
+		limit: d.Limit, m: d.Metrics, prog: d.Progress, logger: d.Logger}
+}
+
+// Prepare checks the slot against its checkpoint before a session, recovers
+// a gap, adopts a slot that has no checkpoint yet, loads the confirm limit
+// from the checkpoint, and returns the slot as it is now.
+func (g *Guard) Prepare(ctx context.Context) (slot.State, error) {
+	st, err := slot.Read(ctx, g.ctl, g.cfg.Slot)
+	if err != nil {
+		return slot.State{}, err
+	}
+	if err := slot.CheckKind(g.ctl, g.cfg.Slot, st); err != nil {
+		return slot.State{}, err
+	}
+	cp, err := ReadCheckpoint(ctx, g.ctl, g.cfg.Checkpoints, g.cfg.Slot)
+	if err != nil {
+		return slot.State{}, err
+	}
+	reason := Reason(st, cp)
+	switch {
+	case reason != "" && g.cfg.NoCreateSlot && !st.Exists && !cp.Found:
+		return slot.State{}, control.Permanentf("replication slot %q does not exist (and --no-create-slot is set); run `eventforge migrate`", g.cfg.Slot)
+	case reason != "" && g.cfg.NoCreateSlot:
+		// Not a reason to exit: the relay retries, and streams once a
+		// relay without the flag has recovered the gap (docs/operations.md,
+		// "A gap under --no-create-slot").
+		g.m.Gap.Set(1)
+		g.logger.Error("replication slot gap, and --no-create-slot is set: nothing is published until a reader without the flag recovers it",
+			"reason", reason, "republish", describeFrom(cp.PublishedBelow))
+		return slot.State{}, fmt.Errorf("%w: %s; --no-create-slot is set, so the reader does not recreate slot %q. Run one reader without --no-create-slot: it recreates the slot and republishes %s before it streams",
+			ErrRefused, reason, g.cfg.Slot, describeFrom(cp.PublishedBelow))
+	case reason != "":
+		if st, cp, err = g.recoverAndReread(ctx, reason, st, cp); err != nil {
+			return slot.State{}, err
+		}
+	case !cp.Found:
+		limit, err := RaiseLimit(ctx, g.ctl, g.cfg.Checkpoints, g.cfg.Slot, st.Confirmed)
+		if err != nil {
+			return slot.State{}, err
+		}
+		cp.Limit = limit
+		g.logger.Info("adopted the replication slot: no checkpoint existed; a later gap is recovered from this point on", "lsn", st.Confirmed.String())
+	}
+	g.m.Gap.Set(0)
+	g.limit.Set(cp.Limit)
+	return st, nil
+}
+
+// recoverAndReread recovers the gap and reads the new slot and checkpoint.
+func (g *Guard) recoverAndReread(ctx context.Context, reason string, st slot.State, cp Checkpoint) (slot.State, Checkpoint, error) {
+	if err := g.recover(ctx, reason, st, cp); err != nil {
+		return st, cp, err
+	}
+	st, err := slot.Read(ctx, g.ctl, g.cfg.Slot)
+	if err != nil {
+		return st, cp, err
+	}
+	if !st.Exists {
+		return st, cp, fmt.Errorf("%w: %s", slot.ErrMissing, g.cfg.Slot)
+	}
+	cp, err = ReadCheckpoint(ctx, g.ctl, g.cfg.Checkpoints, g.cfg.Slot)
+	return st, cp, err
+}

@@ -1,0 +1,133 @@
+package gap
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/eventforge/eventforge/cdc/control"
+	"github.com/eventforge/eventforge/cdc/slot"
+	"github.com/eventforge/eventforge/schema"
+)
+
+// recover closes a gap: it replaces the slot with a new one that
+// exports its snapshot, republishes the snapshot's outbox rows from the
+// checkpoint's published_below on, and records the recovery. Whatever fails
+// leaves the gap in place for the next attempt: the new slot is confirmed
+// past the unchanged limit, so the next session finds the gap again.
+func (g *Guard) recover(ctx context.Context, reason string, st slot.State, cp Checkpoint) error {
+	g.m.Gap.Set(1)
+	g.logger.Error("replication slot gap: committed outbox rows may never have been published; recovering them from the outbox table",
+		"reason", reason, "republish", describeFrom(cp.PublishedBelow))
+	g.prog.SetRecovering(true)
+	defer g.prog.SetRecovering(false)
+
+	if st.Exists {
+		if st.ActivePID != nil {
+			return fmt.Errorf("%w (pid %d)", slot.ErrBusy, *st.ActivePID)
+		}
+		err := g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			return schema.DropSlot(ctx, conn, g.cfg.Slot)
+		})
+		if err != nil {
+			return fmt.Errorf("recreating slot %s: %w", g.cfg.Slot, err)
+		}
+	}
+
+	rconn, err := control.OpenReplication(ctx, g.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer rconn.Close(context.WithoutCancel(ctx))
+	created, err := g.createSlot(ctx, rconn)
+	if err != nil {
+		return err
+	}
+	start, err := pglogrepl.ParseLSN(created.ConsistentPoint)
+	if err != nil {
+		return fmt.Errorf("slot %s consistent point %q: %w", g.cfg.Slot, created.ConsistentPoint, err)
+	}
+	g.logger.Info("replication slot created for the recovery", "lsn", start.String(), "snapshot", created.SnapshotName)
+
+	began := time.Now()
+	n, snapXmin, err := g.republish(ctx, created.SnapshotName, cp.PublishedBelow, start)
+	if err != nil {
+		return fmt.Errorf("republishing the gap: %w", err)
+	}
+	err = g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `INSERT INTO `+g.cfg.Checkpoints.Sanitize()+` AS c
+				(slot, confirm_limit, published_below, recovered_at, recovery_reason, recovered_events)
+			VALUES ($1, $2::pg_lsn, $3, now(), $4, $5)
+			ON CONFLICT (slot) DO UPDATE SET confirm_limit = excluded.confirm_limit,
+				published_below = excluded.published_below, recovered_at = now(), updated_at = now(),
+				recovery_reason = excluded.recovery_reason, recovered_events = excluded.recovered_events`,
+			g.cfg.Slot, start.String(), snapXmin, reason, n)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recording the recovery of slot %s: %w", g.cfg.Slot, err)
+	}
+	g.m.Gap.Set(0)
+	g.m.GapRecoveries.Inc()
+	g.m.GapRepublished.Add(float64(n))
+	g.logger.Warn("replication slot gap recovered: republished outbox rows with their original event IDs; consumers skip the ones they applied",
+		"events", n, "slot_lsn", start.String(), "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// createRecoverySlot creates the recovery's slot. Creating a logical slot
+// waits until every transaction that held a transaction ID when it began
+// has ended, anywhere in the cluster: a prepared transaction nobody
+// resolves, or a session idle in a transaction, holds the recovery — and
+// every order — until it ends. Meanwhile the relay logs what it waits for
+// every checkpoint interval, and the leader's health (package leader) turns
+// unhealthy, naming them, once it waited --unhealthy-after.
+func (g *Guard) createSlot(ctx context.Context, rconn *pgconn.PgConn) (pglogrepl.CreateReplicationSlotResult, error) {
+	began := time.Now()
+	g.prog.SetCreating(began)
+	defer g.prog.SetCreating(time.Time{})
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		t := time.NewTicker(g.cfg.LogEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			b, err := slotCreationBlockers(wctx, g.ctl, began)
+			if err != nil || wctx.Err() != nil {
+				continue
+			}
+			g.prog.SetBlockers(b)
+			g.logger.Warn("creating the replication slot waits for transactions that hold a transaction ID to end", "waited", time.Since(began).Round(time.Second), "blockers", b)
+		}
+	}()
+	return slot.CreateExportingSnapshot(ctx, rconn, g.cfg.Slot)
+}
+
+// slotCreationBlockers describes the transactions that held a transaction
+// ID before since: prepared transactions and sessions in a transaction.
+func slotCreationBlockers(ctx context.Context, ctl *control.Conn, since time.Time) (string, error) {
+	var b string
+	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT coalesce(string_agg(x, '; '), '') FROM (
+			SELECT format('prepared transaction %L since %s', gid, prepared) AS x FROM pg_prepared_xacts WHERE prepared < $1
+			UNION ALL
+			SELECT format('pid %s (%s, %s) in a transaction since %s', pid, coalesce(nullif(application_name, ''), 'no application_name'), state, xact_start)
+			FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND xact_start < $1) s`, since).Scan(&b)
+	})
+	return b, err
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}

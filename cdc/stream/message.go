@@ -1,0 +1,155 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/eventforge/eventforge/cdc/control"
+	"github.com/eventforge/eventforge/cdc/decode"
+	"github.com/eventforge/eventforge/cdc/progress"
+	"github.com/eventforge/eventforge/internal/failpoint"
+)
+
+// handleCopyData handles one CopyData frame; replyNow reports a keepalive
+// that asked for an immediate status update.
+func (s *session) handleCopyData(ctx context.Context, data []byte) (replyNow bool, err error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("parsing keepalive: %w", err)
+		}
+		// Nothing open or unacknowledged: everything before the server's WAL
+		// end is published, so confirm it and let the server recycle WAL.
+		s.tracker.AdvanceIdle(pkm.ServerWALEnd)
+		return pkm.ReplyRequested, nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("parsing xlogdata: %w", err)
+		}
+		return false, s.handleWAL(ctx, xld)
+	}
+	return false, nil
+}
+
+func (s *session) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
+	msg, err := pglogrepl.Parse(xld.WALData)
+	if err != nil {
+		return fmt.Errorf("decoding pgoutput message at %s: %w", xld.WALStart, err)
+	}
+	return s.handle(ctx, msg, xld.WALStart)
+}
+
+// handle applies one decoded pgoutput message received at walStart.
+func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pglogrepl.LSN) error {
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		if err := s.decoder.Relation(m); err != nil {
+			return control.PermanentError{Err: err}
+		}
+	case *pglogrepl.BeginMessage:
+		s.curTx, s.curN, s.midDone = s.tracker.Begin(m.CommitTime), 0, false
+		s.hold.begin(s.cfg.StandbySlots.Waits(), m.FinalLSN)
+	case *pglogrepl.InsertMessage:
+		ev, ok, err := s.decoder.Insert(m)
+		malformed := errors.Is(err, decode.ErrMalformedHeaders)
+		if err != nil && !malformed {
+			return fmt.Errorf("decoding outbox insert at %s: %w", walStart, err)
+		}
+		if !ok {
+			return nil
+		}
+		if s.curTx == nil {
+			return fmt.Errorf("insert at %s outside a transaction", walStart)
+		}
+		if s.hold.on {
+			return s.holdInsert(ctx, heldInsert{ev: ev, walStart: walStart, decodeErr: err})
+		}
+		return s.insert(ctx, &ev, walStart, err)
+	case *pglogrepl.CommitMessage:
+		if s.curTx == nil {
+			return fmt.Errorf("commit at %s without begin", m.CommitLSN)
+		}
+		if err := s.releaseHeld(ctx, m.TransactionEndLSN); err != nil {
+			return err
+		}
+		if !s.midDone && s.curN > 0 {
+			s.midDone = true
+			if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
+				return err
+			}
+		}
+		s.tracker.Commit(s.curTx, m.TransactionEndLSN)
+		s.curTx = nil
+	case *pglogrepl.LogicalDecodingMessage:
+		s.handleMessage(m)
+	}
+	return nil
+}
+
+// insert produces one decoded outbox event of the open transaction (or
+// dead-letters it when no record can be built from it); decodeErr is the
+// decoder's ErrMalformedHeaders, if any.
+func (s *session) insert(ctx context.Context, ev *decode.Event, walStart pglogrepl.LSN, decodeErr error) error {
+	size := ev.Size() + recordOverhead
+	switch {
+	case decodeErr != nil:
+		// No record can be built: the one row, never the batch.
+		s.tracker.Add(s.curTx, size)
+		if err := s.deadLetter(ctx, ev, walStart, size, decodeErr); err != nil {
+			return err
+		}
+	case s.Suspects.Has(ev.ID):
+		if err := s.publishAlone(ctx, ev, walStart, size); err != nil {
+			return err
+		}
+	default:
+		s.tracker.Add(s.curTx, size)
+		if err := s.pub.Publish(ctx, ev, s.Router.Topic(ev.AggregateType), s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
+			if s.Driver.Permanent(err) {
+				// The sink refused this record by itself.
+				if err := s.deadLetter(ctx, ev, walStart, size, err); err != nil {
+					return err
+				}
+				break
+			}
+			s.tracker.Release(s.curTx, size)
+			return err
+		}
+	}
+	s.curN++
+	if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
+		s.midDone = true
+		if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handleMessage handles a logical decoding message: a heartbeat measures the
+// replication lag and, when nothing is open or unacknowledged, moves the
+// confirmable position to it like a keepalive does.
+func (s *session) handleMessage(m *pglogrepl.LogicalDecodingMessage) {
+	if m.Prefix != progress.HeartbeatPrefix {
+		return
+	}
+	nonce, sentAt, ok := progress.ParseHeartbeat(m.Content)
+	if !ok {
+		return
+	}
+	if nonce == s.Nonce {
+		s.Heartbeats.Received(sentAt, time.Now())
+	}
+	if !m.Transactional {
+		s.tracker.AdvanceIdle(m.LSN)
+	}
+}

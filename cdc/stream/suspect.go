@@ -1,0 +1,91 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/eventforge/eventforge/cdc/decode"
+)
+
+// Records the sink refused in a batch (package deadletter says why they are
+// suspects, not dead letters yet): the next session produces each alone,
+// after every earlier record was acknowledged and before any later one is
+// produced, and dead-letters it only if the sink refuses it again by
+// itself.
+
+// deadLetter writes ev, whose event of size bytes was added to the current
+// transaction, to the dead-letter place, then counts it as settled.
+func (s *session) deadLetter(ctx context.Context, ev *decode.Event, lsn pglogrepl.LSN, size int, cause error) error {
+	if err := s.DeadLetters.Store(ctx, ev, lsn, cause); err != nil {
+		s.tracker.Release(s.curTx, size)
+		return err
+	}
+	s.tracker.Ack(s.curTx, size)
+	s.Suspects.Remove(ev.ID)
+	return nil
+}
+
+// publishAlone produces a suspect with nothing else in flight and waits for
+// its outcome: acknowledged, dead-lettered when Kafka refuses it again
+// permanently, or an error that ends the session.
+func (s *session) publishAlone(ctx context.Context, ev *decode.Event, lsn pglogrepl.LSN, size int) error {
+	if err := s.drain(ctx, func() bool { return s.tracker.Inflight() == 0 }); err != nil {
+		return err
+	}
+	s.Logger.Info("producing a suspect event alone", "event_id", ev.ID, "lsn", lsn.String())
+	done := make(chan error, 1)
+	s.tracker.Add(s.curTx, size)
+	err := s.pub.Publish(ctx, ev, s.Router.Topic(ev.AggregateType), s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size, alone: done})
+	if err == nil {
+		var outcome error
+		err = s.drain(ctx, func() bool {
+			select {
+			case outcome = <-done:
+				return true
+			default:
+				return false
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if outcome == nil {
+			return nil
+		}
+		err = fmt.Errorf("delivering event %s: %w", ev.ID, outcome)
+	}
+	if s.Driver.Permanent(err) {
+		return s.deadLetter(ctx, ev, lsn, size, err)
+	}
+	s.tracker.Release(s.curTx, size)
+	s.Metrics.Errors.Inc()
+	return err
+}
+
+// drain waits until ready reports true, going on with status updates; a
+// failed delivery, a fatal producer error or ctx ends the wait.
+func (s *session) drain(ctx context.Context, ready func() bool) error {
+	t := time.NewTimer(s.cfg.StatusInterval)
+	defer t.Stop()
+	for !ready() {
+		select {
+		case <-s.space:
+		case err := <-s.failed:
+			return err
+		case err := <-s.pub.Fatal():
+			s.Metrics.Errors.Inc()
+			return fmt.Errorf("kafka producer: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if err := s.sendStatus(ctx); err != nil {
+				return err
+			}
+			t.Reset(s.cfg.StatusInterval)
+		}
+	}
+	return nil
+}

@@ -70,22 +70,6 @@ func ReadCheckpoint(ctx context.Context, ctl *control.Conn, table outbox.Table, 
 	return cp, nil
 }
 
-// RaiseLimit raises the slot's confirm limit to lsn (never lowers it),
-// creating the row if needed, and returns the limit now stored. lsn must be
-// a position the slot streamed to this process (Limit).
-func RaiseLimit(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
-	var limit pglogrepl.LSN
-	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, `INSERT INTO `+table.Sanitize()+` AS c (slot, confirm_limit) VALUES ($1, $2::text::pg_lsn)
-			ON CONFLICT (slot) DO UPDATE SET confirm_limit = greatest(c.confirm_limit, excluded.confirm_limit), updated_at = now()
-			RETURNING confirm_limit::text`, slot, lsn.String()).Scan(control.LSN{Dst: &limit})
-	})
-	if err != nil {
-		return 0, fmt.Errorf("raising the confirm limit of slot %s: %w", slot, err)
-	}
-	return limit, nil
-}
-
 // RecordPublishedBelow records that every outbox row inserted by a
 // transaction below xid is published (never lowering what is recorded).
 func RecordPublishedBelow(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string, xid int64) error {

@@ -2,10 +2,12 @@ package gap
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/eventforge/eventforge/cdc/control"
 	"github.com/eventforge/eventforge/cdc/outbox"
@@ -90,4 +92,20 @@ func (l *Limit) Raise(ctx context.Context, ctl *control.Conn, table outbox.Table
 		}
 		l.Set(lsn)
 	}
+}
+
+// RaiseLimit raises the slot's confirm limit to lsn (never lowers it),
+// creating the row if needed, and returns the limit now stored. lsn must be
+// a position the slot streamed to this process (Limit).
+func RaiseLimit(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
+	var limit pglogrepl.LSN
+	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `INSERT INTO `+table.Sanitize()+` AS c (slot, confirm_limit) VALUES ($1, $2::text::pg_lsn)
+			ON CONFLICT (slot) DO UPDATE SET confirm_limit = greatest(c.confirm_limit, excluded.confirm_limit), updated_at = now()
+			RETURNING confirm_limit::text`, slot, lsn.String()).Scan(control.LSN{Dst: &limit})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("raising the confirm limit of slot %s: %w", slot, err)
+	}
+	return limit, nil
 }

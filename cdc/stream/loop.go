@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/eventforge/eventforge/cdc/checkpoint"
+	"github.com/eventforge/eventforge/cdc/gap"
+	"github.com/eventforge/eventforge/cdc/slot"
+	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
 // full reports whether the in-flight bounds are reached.
@@ -136,4 +139,69 @@ func (d *receiveDeadline) stop() {
 	if d.cancel != nil {
 		d.cancel()
 	}
+}
+
+func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
+	if err := failpoint.Eval(ctx, failpoint.CDCBeforeStartReplication); err != nil {
+		s.pub.Close(time.Second)
+		return err
+	}
+	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{
+			"proto_version '1'",
+			fmt.Sprintf("publication_names '%s'", s.cfg.Publication),
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		s.pub.Close(time.Second)
+		return fmt.Errorf("starting replication on slot %s at %s: %w", s.cfg.Slot, start, err)
+	}
+	if err := s.checkStreamedSlot(ctx); err != nil {
+		s.pub.Close(time.Second)
+		return err
+	}
+	s.Metrics.Active.Set(1)
+	s.Logger.Info("replication started; this process publishes", "lsn", start.String(), "publication", s.cfg.Publication)
+
+	loopErr := s.loop(ctx)
+
+	// Shutdown order: stop reading (done), flush the sink, confirm the last
+	// contiguously acknowledged commit, close.
+	left := s.pub.Close(s.cfg.FlushTimeout)
+	if left > 0 {
+		s.Logger.Warn("events left unacknowledged at session end; they will be republished", "events", left)
+	}
+	s.Metrics.Inflight.Set(0)
+	s.finalStatus(ctx)
+	s.Logger.Info("replication stopped", "lsn", s.tracker.Confirmable().String(), "err", loopErr)
+	return loopErr
+}
+
+// checkStreamedSlot checks, once streaming started and before any message
+// is handled, that the slot this session holds is the one the relay
+// checked. The slot is read and checked on the control connection, and
+// streaming starts on the replication connection from the position read:
+// a slot dropped and recreated in between would be forwarded silently by
+// the server to its new confirmed position, past rows nobody published,
+// and every position the session confirmed from then on would raise the
+// confirm limit over the gap. Now that this session's walsender holds the
+// slot, nobody can drop it: it must be active with that walsender's pid on
+// the control connection's server, and still within the confirm limit.
+func (s *session) checkStreamedSlot(ctx context.Context) error {
+	st, err := slot.Read(ctx, s.Control, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	pid := s.conn.PID()
+	switch {
+	case !st.Exists:
+		return fmt.Errorf("%w: slot %s does not exist where the control connection reads it", ErrSlotReplaced, s.cfg.Slot)
+	case st.ActivePID == nil || uint32(*st.ActivePID) != pid:
+		return fmt.Errorf("%w: slot %s is held by pid %v, not by this session's walsender (pid %d): the control and replication connections reach different servers", ErrSlotReplaced, s.cfg.Slot, st.ActivePID, pid)
+	}
+	if reason := gap.Reason(st, gap.Checkpoint{Found: true, Limit: s.Limit.LSN()}); reason != "" {
+		return fmt.Errorf("%w: %s", ErrSlotReplaced, reason)
+	}
+	return nil
 }

@@ -95,46 +95,6 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 	return nil
 }
 
-// insert produces one decoded outbox event of the open transaction (or
-// dead-letters it when no record can be built from it); decodeErr is the
-// decoder's ErrMalformedHeaders, if any.
-func (s *session) insert(ctx context.Context, ev *decode.Event, walStart pglogrepl.LSN, decodeErr error) error {
-	size := ev.Size() + recordOverhead
-	switch {
-	case decodeErr != nil:
-		// No record can be built: the one row, never the batch.
-		s.tracker.Add(s.curTx, size)
-		if err := s.deadLetter(ctx, ev, walStart, size, decodeErr); err != nil {
-			return err
-		}
-	case s.Suspects.Has(ev.ID):
-		if err := s.publishAlone(ctx, ev, walStart, size); err != nil {
-			return err
-		}
-	default:
-		s.tracker.Add(s.curTx, size)
-		if err := s.pub.Publish(ctx, ev, s.Router.Topic(ev.AggregateType), s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
-			if s.Driver.Permanent(err) {
-				// The sink refused this record by itself.
-				if err := s.deadLetter(ctx, ev, walStart, size, err); err != nil {
-					return err
-				}
-				break
-			}
-			s.tracker.Release(s.curTx, size)
-			return err
-		}
-	}
-	s.curN++
-	if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
-		s.midDone = true
-		if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // handleMessage handles a logical decoding message: a heartbeat measures the
 // replication lag and, when nothing is open or unacknowledged, moves the
 // confirmable position to it like a keepalive does.

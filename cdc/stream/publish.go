@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/eventforge/eventforge/cdc/decode"
+	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
 // Records the sink refused in a batch (package deadletter says why they are
@@ -85,6 +86,46 @@ func (s *session) drain(ctx context.Context, ready func() bool) error {
 				return err
 			}
 			t.Reset(s.cfg.StatusInterval)
+		}
+	}
+	return nil
+}
+
+// insert produces one decoded outbox event of the open transaction (or
+// dead-letters it when no record can be built from it); decodeErr is the
+// decoder's ErrMalformedHeaders, if any.
+func (s *session) insert(ctx context.Context, ev *decode.Event, walStart pglogrepl.LSN, decodeErr error) error {
+	size := ev.Size() + recordOverhead
+	switch {
+	case decodeErr != nil:
+		// No record can be built: the one row, never the batch.
+		s.tracker.Add(s.curTx, size)
+		if err := s.deadLetter(ctx, ev, walStart, size, decodeErr); err != nil {
+			return err
+		}
+	case s.Suspects.Has(ev.ID):
+		if err := s.publishAlone(ctx, ev, walStart, size); err != nil {
+			return err
+		}
+	default:
+		s.tracker.Add(s.curTx, size)
+		if err := s.pub.Publish(ctx, ev, s.Router.Topic(ev.AggregateType), s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size}); err != nil {
+			if s.Driver.Permanent(err) {
+				// The sink refused this record by itself.
+				if err := s.deadLetter(ctx, ev, walStart, size, err); err != nil {
+					return err
+				}
+				break
+			}
+			s.tracker.Release(s.curTx, size)
+			return err
+		}
+	}
+	s.curN++
+	if !s.midDone && s.tracker.Acked(s.curTx) > 0 {
+		s.midDone = true
+		if err := failpoint.Eval(ctx, failpoint.CDCMidTransaction); err != nil {
+			return err
 		}
 	}
 	return nil

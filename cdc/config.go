@@ -84,6 +84,22 @@ type Config struct {
 	// transaction below which every outbox row is published; after a lost
 	// slot, rows from there on are republished.
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"How often to record which outbox rows are published (bounds what a lost slot republishes)." default:"10s"`
+	// ExactlyOnce publishes in Kafka transactions that also record the
+	// position they reach, with a transactional.id of the slot that fences
+	// an older leader (docs/cdc.md, "Exactly-once into Kafka").
+	ExactlyOnce bool `name:"exactly-once" help:"Publish in Kafka transactions that carry the slot position: no duplicate from the relay for read_committed readers, an old leader fenced."`
+	// PositionTopic is the compacted topic where an exactly-once relay
+	// records its position (created when missing).
+	PositionTopic string `name:"position-topic" help:"Compacted topic of the exactly-once relay's positions (created when missing)." default:"eventforge.cdc.positions"`
+	// TransactionEvents, TransactionBytes and TransactionInterval bound an
+	// exactly-once relay's Kafka transactions; whole PostgreSQL
+	// transactions are grouped until one is reached.
+	TransactionEvents   int           `name:"transaction-events" help:"With --exactly-once: commit the Kafka transaction once it holds this many events." default:"1000"`
+	TransactionBytes    int64         `name:"transaction-bytes" help:"With --exactly-once: commit the Kafka transaction once it holds this many bytes." default:"4194304"`
+	TransactionInterval time.Duration `name:"transaction-interval" help:"With --exactly-once: commit the Kafka transaction once it is this old." default:"100ms"`
+	// TransactionTimeout is Kafka's transaction.timeout.ms, and the message
+	// timeout, of an exactly-once relay.
+	TransactionTimeout time.Duration `name:"transaction-timeout" help:"With --exactly-once: Kafka's transaction timeout (also the message timeout)." default:"60s"`
 	// SynchronizedStandbySlots are physical slots of standbys on the
 	// primary; a transaction's events are produced only once every one of
 	// them flushed its commit, so a promoted standby has every order whose
@@ -101,28 +117,33 @@ const NoStandbyWait = standby.NoWait
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:        contract.DatabaseURL,
-		Kafka:              kafkasink.Config{Brokers: contract.KafkaBrokers},
-		Slot:               contract.Slot,
-		Publication:        contract.Publication,
-		OutboxTable:        "public.outbox",
-		DeadLetterTable:    "public.cdc_dead_letters",
-		CheckpointTable:    "public.cdc_checkpoints",
-		CheckpointInterval: 10 * time.Second,
-		Topics:             map[string]string{contract.AggregateOrder: contract.Topic},
-		TopicFallback:      "eventforge.{aggregatetype}",
-		StatusInterval:     2 * time.Second,
-		ConfirmInterval:    100 * time.Millisecond,
-		FlushTimeout:       10 * time.Second,
-		MaxBackoff:         10 * time.Second,
-		HeartbeatInterval:  10 * time.Second,
-		MaxInflightEvents:  2500,
-		MaxInflightBytes:   16 << 20,
-		StandbyRetry:       time.Second,
-		UnhealthyAfter:     time.Minute,
-		OutboxRetention:    24 * time.Hour,
-		PruneInterval:      5 * time.Minute,
-		PruneBatch:         1000,
+		DatabaseURL:         contract.DatabaseURL,
+		Kafka:               kafkasink.Config{Brokers: contract.KafkaBrokers},
+		Slot:                contract.Slot,
+		Publication:         contract.Publication,
+		OutboxTable:         "public.outbox",
+		DeadLetterTable:     "public.cdc_dead_letters",
+		CheckpointTable:     "public.cdc_checkpoints",
+		CheckpointInterval:  10 * time.Second,
+		Topics:              map[string]string{contract.AggregateOrder: contract.Topic},
+		TopicFallback:       "eventforge.{aggregatetype}",
+		StatusInterval:      2 * time.Second,
+		ConfirmInterval:     100 * time.Millisecond,
+		FlushTimeout:        10 * time.Second,
+		MaxBackoff:          10 * time.Second,
+		HeartbeatInterval:   10 * time.Second,
+		MaxInflightEvents:   2500,
+		MaxInflightBytes:    16 << 20,
+		StandbyRetry:        time.Second,
+		UnhealthyAfter:      time.Minute,
+		OutboxRetention:     24 * time.Hour,
+		PruneInterval:       5 * time.Minute,
+		PruneBatch:          1000,
+		PositionTopic:       "eventforge.cdc.positions",
+		TransactionEvents:   1000,
+		TransactionBytes:    4 << 20,
+		TransactionInterval: 100 * time.Millisecond,
+		TransactionTimeout:  time.Minute,
 	}
 }
 
@@ -138,6 +159,14 @@ func (c Config) Validate() error {
 	}
 	if err := c.Kafka.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ExactlyOnce {
+		if c.PositionTopic == "" || c.TransactionEvents < 1 || c.TransactionBytes < 1 || c.TransactionInterval <= 0 || c.TransactionTimeout < time.Second {
+			errs = append(errs, errors.New("with exactly-once: position-topic is required, transaction-events, -bytes and -interval must be positive and transaction-timeout at least 1s"))
+		}
+		if _, set := c.Kafka.ProducerSettings["transaction.timeout.ms"]; set {
+			errs = append(errs, errors.New("kafka-producer-setting transaction.timeout.ms: set --transaction-timeout instead"))
+		}
 	}
 	if c.Slot == "" || c.Publication == "" {
 		errs = append(errs, errors.New("slot and publication are required"))

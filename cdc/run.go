@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/eventforge/eventforge/cdc/gap"
 	"github.com/eventforge/eventforge/cdc/leader"
 	"github.com/eventforge/eventforge/cdc/outbox"
@@ -60,11 +62,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) e
 	}
 	logger = logger.With("slot", cfg.Slot)
 	if o.driver == nil {
-		o.driver = kafkasink.Driver{
-			Bootstrap: cfg.Kafka.Brokers,
-			Extra:     cfg.Kafka.RelaySettings(cfg.MaxInflightEvents, cfg.MaxInflightBytes),
-			Logger:    logger,
+		d, err := cfg.kafkaDriver(ctx, logger)
+		if err != nil {
+			return err
 		}
+		o.driver = d
 	}
 	return leader.Run(ctx, cfg.leader(), leader.Deps{
 		Driver: o.driver,
@@ -72,6 +74,31 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) e
 		Health: o.health,
 		Logger: logger,
 	})
+}
+
+// kafkaDriver is the Kafka sink cfg configures: transactional with
+// ExactlyOnce (its position topic created when missing), else idempotent.
+func (c Config) kafkaDriver(ctx context.Context, logger *slog.Logger) (sink.Driver, error) {
+	extra := c.Kafka.RelaySettings(c.MaxInflightEvents, c.MaxInflightBytes)
+	if !c.ExactlyOnce {
+		return kafkasink.Driver{Bootstrap: c.Kafka.Brokers, Extra: extra, Logger: logger}, nil
+	}
+	pcfg, err := pgx.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database-url: %w", err)
+	}
+	if err := kafkasink.EnsurePositionTopic(ctx, c.Kafka.Brokers, c.PositionTopic); err != nil {
+		return nil, err
+	}
+	return kafkasink.TxnDriver{
+		Bootstrap:       c.Kafka.Brokers,
+		TransactionalID: kafkasink.TransactionalID(pcfg.Database, c.Slot),
+		PositionTopic:   c.PositionTopic,
+		PositionKey:     pcfg.Database + "/" + c.Slot,
+		Timeout:         c.TransactionTimeout,
+		Extra:           extra,
+		Logger:          logger,
+	}, nil
 }
 
 // leader is cfg as the leadership and its stages take it. cfg is valid.
@@ -95,6 +122,7 @@ func (c Config) leader() leader.Config {
 			DatabaseURL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Outbox: ob, Checkpoints: checkpoints,
 			StatusInterval: c.StatusInterval, ConfirmInterval: c.ConfirmInterval, FlushTimeout: c.FlushTimeout,
 			MaxInflightEvents: c.MaxInflightEvents, MaxInflightBytes: c.MaxInflightBytes, StandbySlots: slots,
+			Txn: stream.TxnBounds{Events: c.TransactionEvents, Bytes: c.TransactionBytes, Interval: c.TransactionInterval},
 		},
 		Gap: gap.Config{
 			DatabaseURL: c.DatabaseURL, Slot: c.Slot, Outbox: ob, DeadLetters: dead, Checkpoints: checkpoints,

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
@@ -37,6 +38,7 @@ func (a *auditor) checkDeliveries(rep *Report, events []outboxEvent, records []k
 		partitionsOfKey[r.Key][r.Partition] = true
 	}
 	rep.DuplicateDeliveries = len(records) - len(seen)
+	rep.RelayDuplicates, rep.DLQReplays = relayDuplicates(records)
 	a.checkRelayDeadLetters(rep, relay, first)
 
 	inOutbox := make(map[string]bool, len(events))
@@ -140,4 +142,22 @@ func checkConsumer(rep *Report, name string, records []kafkaread.Record, committ
 		pending[id] = true
 	}
 	rep.Pending[name] = len(pending)
+}
+
+// relayDuplicates splits the duplicate records: those the relay published
+// again, and the DLQ replays (which carry dlq.HeaderReplaySource).
+func relayDuplicates(records []kafkaread.Record) (relay, replays int) {
+	seen := map[string]bool{}
+	for _, r := range records {
+		if r.Headers[dlq.HeaderReplaySource] != "" {
+			replays++
+			continue
+		}
+		id := r.Headers[contract.HeaderID]
+		if seen[id] {
+			relay++
+		}
+		seen[id] = true
+	}
+	return relay, replays
 }

@@ -23,6 +23,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("logical events", r.LogicalEvents)
 	row("deliveries", r.Deliveries)
 	row("duplicate deliveries", r.DuplicateDeliveries)
+	row("  published again by the relay", r.RelayDuplicates)
+	row("  DLQ replays", r.DLQReplays)
 	names := make([]string, 0, len(r.BusinessChanges))
 	for n := range r.BusinessChanges {
 		names = append(names, n)

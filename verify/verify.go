@@ -127,6 +127,16 @@ type Report struct {
 	// DuplicateDeliveries is Deliveries minus the distinct event IDs among
 	// them: records republished after a relay crash, replays, and so on.
 	DuplicateDeliveries int `json:"duplicate_deliveries"`
+	// RelayDuplicates is the part of DuplicateDeliveries the relay
+	// published again (restarts, takeovers, gap recoveries): 0 with
+	// `eventforge cdc --exactly-once`, as a read_committed reader sees the
+	// topic. The rest are DLQ replays (DLQReplays). A consumer reading a
+	// record again after a crash is no record in Kafka: its marks absorb
+	// it and eventforge_consumer_events_total{result="duplicate"} counts it.
+	RelayDuplicates int `json:"relay_duplicates"`
+	// DLQReplays counts the records `eventforge dlq replay` published
+	// (header dlq.replay.source).
+	DLQReplays int `json:"dlq_replays"`
 	// BusinessChanges counts each consumer's business effects.
 	BusinessChanges map[string]int `json:"business_changes"`
 	// Lost counts events the contract lost: an outbox event absent from

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,11 @@ type Checkpoint struct {
 	// PublishedBelow is the 64-bit transaction ID below which every outbox
 	// row was acknowledged; nil when unknown.
 	PublishedBelow *int64
+	// PublishedBelowAt is when the mark behind PublishedBelow was taken.
+	PublishedBelowAt *time.Time
+	// Generation names the slot's incarnation: the start position of the
+	// slot the last gap recovery created, "" before the first.
+	Generation string
 }
 
 // Reason says why the slot cannot be trusted to hold every unpublished
@@ -54,8 +60,9 @@ func ReadCheckpoint(ctx context.Context, ctl *control.Conn, table outbox.Table, 
 		limit string
 	)
 	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, `SELECT confirm_limit::text, published_below FROM `+table.Sanitize()+` WHERE slot = $1`, slot).
-			Scan(&limit, &cp.PublishedBelow)
+		return conn.QueryRow(ctx, `SELECT confirm_limit::text, published_below, published_below_at, coalesce(generation, '')
+			FROM `+table.Sanitize()+` WHERE slot = $1`, slot).
+			Scan(&limit, &cp.PublishedBelow, &cp.PublishedBelowAt, &cp.Generation)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Checkpoint{}, nil
@@ -71,11 +78,13 @@ func ReadCheckpoint(ctx context.Context, ctl *control.Conn, table outbox.Table, 
 }
 
 // RecordPublishedBelow records that every outbox row inserted by a
-// transaction below xid is published (never lowering what is recorded).
-func RecordPublishedBelow(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string, xid int64) error {
+// transaction below xid is published, by a mark taken at at (never lowering
+// what is recorded).
+func RecordPublishedBelow(ctx context.Context, ctl *control.Conn, table outbox.Table, slot string, xid int64, at time.Time) error {
 	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `UPDATE `+table.Sanitize()+`
-			SET published_below = greatest(coalesce(published_below, 0), $2), updated_at = now() WHERE slot = $1`, slot, xid)
+			SET published_below_at = CASE WHEN $2 > coalesce(published_below, 0) THEN $3 ELSE published_below_at END,
+				published_below = greatest(coalesce(published_below, 0), $2), updated_at = now() WHERE slot = $1`, slot, xid, at)
 		return err
 	})
 	if err != nil {

@@ -45,6 +45,7 @@ func (g *Guard) recover(ctx context.Context, reason string, st slot.State, cp Ch
 	}
 	defer rconn.Close(context.WithoutCancel(ctx))
 	created, err := g.createSlot(ctx, rconn)
+	createdAt := time.Now()
 	if err != nil {
 		return err
 	}
@@ -55,18 +56,19 @@ func (g *Guard) recover(ctx context.Context, reason string, st slot.State, cp Ch
 	g.logger.Info("replication slot created for the recovery", "lsn", start.String(), "snapshot", created.SnapshotName)
 
 	began := time.Now()
-	n, snapXmin, err := g.republish(ctx, created.SnapshotName, cp.PublishedBelow, start)
+	n, snapXmin, err := g.republish(ctx, created.SnapshotName, cp.PublishedBelow, cp.PublishedBelowAt, start)
 	if err != nil {
 		return fmt.Errorf("republishing the gap: %w", err)
 	}
 	err = g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `INSERT INTO `+g.cfg.Checkpoints.Sanitize()+` AS c
-				(slot, confirm_limit, published_below, recovered_at, recovery_reason, recovered_events)
-			VALUES ($1, $2::pg_lsn, $3, now(), $4, $5)
+				(slot, confirm_limit, published_below, published_below_at, generation, recovered_at, recovery_reason, recovered_events)
+			VALUES ($1, $2::pg_lsn, $3, $6, $2::text, now(), $4, $5)
 			ON CONFLICT (slot) DO UPDATE SET confirm_limit = excluded.confirm_limit,
-				published_below = excluded.published_below, recovered_at = now(), updated_at = now(),
+				published_below = excluded.published_below, published_below_at = excluded.published_below_at,
+				generation = excluded.generation, recovered_at = now(), updated_at = now(),
 				recovery_reason = excluded.recovery_reason, recovered_events = excluded.recovered_events`,
-			g.cfg.Slot, start.String(), snapXmin, reason, n)
+			g.cfg.Slot, start.String(), snapXmin, reason, n, createdAt)
 		return err
 	})
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,7 +49,7 @@ AND NOT EXISTS (SELECT FROM %[2]s d WHERE d.event_id = rows.id AND d.replayed_at
 ORDER BY %[3]sxid, created_ts, id`
 
 // gapTableRows reads one table of outbox rows; the row's 32-bit xmin is
-// widened against the snapshot's xmax as retention.go explains.
+// widened against the snapshot's xmax as package retention explains.
 const gapTableRows = `SELECT o.id::text AS id, o.aggregatetype, o.aggregateid, o.type, o.payload::text AS payload, o.headers::text AS headers,
 		o.created_at::text AS created_at, o.created_at AS created_ts, o.xmin AS raw_xmin,
 		ref.x - ((ref.x %% 4294967296) - o.xmin::text::bigint + 4294967296) %% 4294967296 AS xid
@@ -133,10 +135,15 @@ type gapPass struct {
 	router   sink.Router
 	out      *gapDeliveries
 	inflight chan struct{}
+	// txn is pub when it is transactional: what the pass publishes is
+	// stored only at its commits, with pos.
+	txn sink.Transactional
+	pos sink.Position
 }
 
-func (g *Guard) newPass() (*gapPass, error) {
-	p := &gapPass{router: g.router, out: newGapDeliveries(), inflight: make(chan struct{}, g.cfg.MaxInflight)}
+// newPass opens a pass whose transactional commits, if any, record pos.
+func (g *Guard) newPass(pos sink.Position) (*gapPass, error) {
+	p := &gapPass{router: g.router, out: newGapDeliveries(), inflight: make(chan struct{}, g.cfg.MaxInflight), pos: pos}
 	pub, err := g.driver.Open("eventforge-cdc-recovery", func(opaque any, err error) {
 		<-p.inflight
 		if err == nil {
@@ -148,11 +155,23 @@ func (g *Guard) newPass() (*gapPass, error) {
 		return nil, err
 	}
 	p.pub = pub
+	p.txn, _ = pub.(sink.Transactional)
 	return p, nil
+}
+
+// settle commits what a transactional pass published (a commit that fails
+// reports each of its records failed, for the next pass).
+func (p *gapPass) settle(ctx context.Context) {
+	if p.txn != nil {
+		_ = p.txn.Commit(ctx, p.pos)
+	}
 }
 
 // publish hands one row to Kafka in its transaction's group.
 func (p *gapPass) publish(ctx context.Context, ev *decode.Event, xid int64) error {
+	if p.txn != nil && len(p.inflight) == cap(p.inflight) {
+		p.settle(ctx)
+	}
 	select {
 	case p.inflight <- struct{}{}:
 	case <-ctx.Done():
@@ -174,7 +193,13 @@ func (p *gapPass) publish(ctx context.Context, ev *decode.Event, xid int64) erro
 // and returns how many rows it settled — published or dead-lettered — and
 // the snapshot's xmin: every transaction below it is in the snapshot, so
 // its rows are now settled.
-func (g *Guard) republish(ctx context.Context, snapshot string, from *int64, lsn pglogrepl.LSN) (int64, int64, error) {
+//
+// On a transactional sink (sink.TransactionalDriver) the rows the sink
+// already holds — stamped from a little before since, when the mark behind
+// from was taken — are left out, so the recovery adds no duplicate for a
+// read_committed reader, and every commit records the new slot's start as
+// the position of the new generation.
+func (g *Guard) republish(ctx context.Context, snapshot string, from *int64, since *time.Time, lsn pglogrepl.LSN) (int64, int64, error) {
 	conn, err := pgx.Connect(ctx, g.cfg.DatabaseURL)
 	if err != nil {
 		return 0, 0, fmt.Errorf("connecting to postgres: %w", err)
@@ -185,10 +210,15 @@ func (g *Guard) republish(ctx context.Context, snapshot string, from *int64, lsn
 		return 0, 0, fmt.Errorf("beginning the snapshot transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rp := &gapRepublish{g: g, tx: tx, from: from, lsn: lsn}
+	rp := &gapRepublish{g: g, tx: tx, from: from, lsn: lsn, pos: sink.Position{LSN: uint64(lsn), Generation: lsn.String()}}
 	xmin, err := rp.importSnapshot(ctx, snapshot)
 	if err != nil {
 		return 0, 0, err
+	}
+	if td, ok := g.driver.(sink.TransactionalDriver); ok {
+		if rp.skip, err = rp.published(ctx, td, since); err != nil {
+			return 0, 0, err
+		}
 	}
 	failed, err := rp.firstPass(ctx)
 	if err != nil {
@@ -202,9 +232,41 @@ func (g *Guard) republish(ctx context.Context, snapshot string, from *int64, lsn
 	return rp.settled, xmin, nil
 }
 
+// publishedSlack is how far before the mark behind published_below a
+// transactional recovery looks for records the sink holds (clocks of the
+// relay's and the database's hosts may differ).
+const publishedSlack = 5 * time.Minute
+
+// published reads the event IDs the sink holds for the gap's topics since
+// the mark (the whole topics when there is none).
+func (rp *gapRepublish) published(ctx context.Context, td sink.TransactionalDriver, since *time.Time) (map[string]bool, error) {
+	topics := map[string]bool{}
+	err := eachGapRow(ctx, rp.tx, rp.query, rp.from, nil, func(ev *decode.Event, _ int64, _ error) error {
+		topics[rp.g.router.Topic(ev.AggregateType)] = true
+		return nil
+	})
+	if err != nil || len(topics) == 0 {
+		return nil, err
+	}
+	var from time.Time
+	if since != nil {
+		from = since.Add(-publishedSlack)
+	}
+	held, err := td.Published(ctx, slices.Sorted(maps.Keys(topics)), from)
+	if err != nil {
+		return nil, fmt.Errorf("reading what the sink holds of the gap: %w", err)
+	}
+	return held, nil
+}
+
 // gapRepublish is one republish of a gap in its snapshot transaction.
 type gapRepublish struct {
-	g       *Guard
+	g *Guard
+	// pos is the position a transactional sink's commits record: the new
+	// slot's start, of the new generation.
+	pos sink.Position
+	// skip are the event IDs a transactional sink already holds.
+	skip    map[string]bool
 	tx      pgx.Tx
 	from    *int64
 	lsn     pglogrepl.LSN
@@ -245,11 +307,15 @@ func (rp *gapRepublish) importSnapshot(ctx context.Context, snapshot string) (in
 // record can be built from, and returns the failures by event ID.
 func (rp *gapRepublish) firstPass(ctx context.Context) (map[string]error, error) {
 	g := rp.g
-	first, err := g.newPass()
+	first, err := g.newPass(rp.pos)
 	if err != nil {
 		return nil, err
 	}
 	err = eachGapRow(ctx, rp.tx, rp.query, rp.from, nil, func(ev *decode.Event, xid int64, headersErr error) error {
+		if rp.skip[ev.ID] {
+			rp.settled++
+			return nil
+		}
 		if headersErr != nil {
 			rp.settled++
 			return g.dead.Store(ctx, ev, rp.lsn, headersErr)
@@ -257,6 +323,7 @@ func (rp *gapRepublish) firstPass(ctx context.Context) (map[string]error, error)
 		return first.publish(ctx, ev, xid)
 	})
 	if err == nil {
+		first.settle(ctx)
 		err = first.out.wait(ctx, g.cfg.Stall)
 	}
 	first.pub.Close(0)
@@ -280,7 +347,7 @@ func (rp *gapRepublish) secondPass(ctx context.Context, failed map[string]error)
 		ids = append(ids, id)
 	}
 	g.logger.Info("republishing the records of the gap that failed; those Kafka refused, each alone", "events", len(ids))
-	second, err := g.newPass()
+	second, err := g.newPass(rp.pos)
 	if err != nil {
 		return err
 	}
@@ -297,6 +364,7 @@ func (rp *gapRepublish) secondPass(ctx context.Context, failed map[string]error)
 		return g.dead.Store(ctx, ev, rp.lsn, fmt.Errorf("delivering event %s: %w", ev.ID, cause))
 	})
 	if err == nil {
+		second.settle(ctx)
 		err = second.out.wait(ctx, g.cfg.Stall)
 	}
 	if err != nil {
@@ -314,12 +382,14 @@ func (rp *gapRepublish) secondPass(ctx context.Context, failed map[string]error)
 // (no longer counted as failed), nil when it was acknowledged or failed
 // otherwise (left in failed).
 func (p *gapPass) alone(ctx context.Context, ev *decode.Event, xid int64, stall time.Duration, permanent func(error) bool) (refusal error, err error) {
+	p.settle(ctx)
 	if err := p.out.wait(ctx, stall); err != nil {
 		return nil, err
 	}
 	if err := p.publish(ctx, ev, xid); err != nil {
 		return nil, err
 	}
+	p.settle(ctx)
 	if err := p.out.wait(ctx, stall); err != nil {
 		return nil, err
 	}

@@ -203,9 +203,9 @@ func (r *relay) session(ctx context.Context, l *leadership) error {
 	if err := standby.CheckWait(ctx, l.ctl, r.cfg.StandbySlots, r.d.Logger); err != nil {
 		return err
 	}
-	st, err := l.guard.Prepare(ctx)
+	st, generation, err := l.guard.Prepare(ctx)
 	if err != nil {
 		return err
 	}
-	return stream.Run(ctx, r.cfg.Stream, l.stream, st)
+	return stream.Run(ctx, r.cfg.Stream, l.stream, st, generation)
 }

@@ -105,7 +105,7 @@ func (k *Keeper) round(ctx context.Context, marks *[]pruneMark) (pruneMark, bool
 	mark, ok, rest := confirmedMark(*marks, k.prog.Sent())
 	*marks = rest
 	if ok {
-		if err := gap.RecordPublishedBelow(ctx, k.ctl, k.cfg.Checkpoints, k.cfg.Slot, mark.xmin); err != nil {
+		if err := gap.RecordPublishedBelow(ctx, k.ctl, k.cfg.Checkpoints, k.cfg.Slot, mark.xmin, mark.at); err != nil {
 			return pruneMark{}, false, err
 		}
 	}

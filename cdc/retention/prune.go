@@ -50,6 +50,7 @@ const maxPruneMarks = 16
 type pruneMark struct {
 	xmin int64 // 64-bit transaction ID (xid8) of the snapshot's xmin
 	lsn  pglogrepl.LSN
+	at   time.Time // when the server took it
 }
 
 // takePruneMark reads a mark. The snapshot is taken when the statement
@@ -58,8 +59,8 @@ type pruneMark struct {
 func takePruneMark(ctx context.Context, ctl *control.Conn) (pruneMark, error) {
 	var m pruneMark
 	err := ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text`).
-			Scan(&m.xmin, control.LSN{Dst: &m.lsn})
+		return conn.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text, now()`).
+			Scan(&m.xmin, control.LSN{Dst: &m.lsn}, &m.at)
 	})
 	if err != nil {
 		return pruneMark{}, fmt.Errorf("taking a prune mark: %w", err)

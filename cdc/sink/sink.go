@@ -64,3 +64,42 @@ type Driver interface {
 	// Broker: Message size too large".
 	ErrorCode(err error) string
 }
+
+// Position is how far a transactional sink's stored records reach in the
+// WAL: the end LSN of the last PostgreSQL transaction stored whole and,
+// when a transaction was stored in part (one larger than a sink transaction,
+// or cut at a record produced alone), its ID and how many of its events
+// were stored. Generation names the slot's incarnation (the checkpoint's
+// last recovery); a position of another generation says nothing about the
+// slot the relay streams now.
+type Position struct {
+	LSN           uint64 `json:"lsn"`
+	Generation    string `json:"generation,omitempty"`
+	PartialXID    uint32 `json:"partial_xid,omitempty"`
+	PartialEvents int    `json:"partial_events,omitempty"`
+}
+
+// Transactional is a Sink that stores records in transactions: nothing
+// published is stored until Commit, which stores every record published
+// since the previous Commit together with the position they reach — all of
+// them or none. Outcomes are reported when the transaction ends: stored on
+// commit, failed on abort.
+type Transactional interface {
+	Sink
+	// Commit ends the open transaction, recording pos with its records.
+	// An error means nothing of it was stored (each record is reported
+	// failed); the caller starts over from the last committed position.
+	Commit(ctx context.Context, pos Position) error
+}
+
+// TransactionalDriver opens Transactional sinks. Opening one fences every
+// earlier sink of the same relay: nothing it still sends becomes visible.
+type TransactionalDriver interface {
+	Driver
+	// Position reads the position the last committed transaction
+	// recorded; ok is false when none was recorded.
+	Position(ctx context.Context) (pos Position, ok bool, err error)
+	// Published returns the event IDs stored for dests at or after since,
+	// so that a gap recovery republishes only what is missing.
+	Published(ctx context.Context, dests []string, since time.Time) (map[string]bool, error)
+}

@@ -65,6 +65,13 @@ func (s *session) loop(ctx context.Context) error {
 			return nil
 		}
 		now, flow := time.Now(), s.tracker.Flow()
+		if s.txn != nil && s.txn.open {
+			// A transactional sink acknowledges only at its commits.
+			if err := s.commitQuiet(ctx, now, s.exceeds(flow)); err != nil {
+				return err
+			}
+			flow = s.tracker.Flow()
+		}
 		if !now.Before(nextStatus) || s.confirmDue(now, flow) {
 			if err := s.sendStatus(ctx); err != nil {
 				return err
@@ -166,8 +173,16 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 
 	loopErr := s.loop(ctx)
 
-	// Shutdown order: stop reading (done), flush the sink, confirm the last
+	// Shutdown order: stop reading (done), flush the sink (a transactional
+	// one commits what it holds after a clean stop), confirm the last
 	// contiguously acknowledged commit, close.
+	if loopErr == nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.FlushTimeout)
+		if err := s.commit(cctx); err != nil {
+			s.Logger.Warn("committing the sink transaction at the session's end; its events will be republished", "err", err)
+		}
+		cancel()
+	}
 	left := s.pub.Close(s.cfg.FlushTimeout)
 	if left > 0 {
 		s.Logger.Warn("events left unacknowledged at session end; they will be republished", "events", left)

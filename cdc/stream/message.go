@@ -58,6 +58,9 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 	case *pglogrepl.BeginMessage:
 		s.curTx, s.curN, s.midDone = s.tracker.Begin(m.CommitTime), 0, false
 		s.hold.begin(s.cfg.StandbySlots.Waits(), m.FinalLSN)
+		if s.txn != nil {
+			s.txn.curXID = m.Xid
+		}
 	case *pglogrepl.InsertMessage:
 		ev, ok, err := s.decoder.Insert(m)
 		malformed := errors.Is(err, decode.ErrMalformedHeaders)
@@ -89,6 +92,7 @@ func (s *session) handle(ctx context.Context, msg pglogrepl.Message, walStart pg
 		}
 		s.tracker.Commit(s.curTx, m.TransactionEndLSN)
 		s.curTx = nil
+		return s.commitIfDue(ctx, m.TransactionEndLSN)
 	case *pglogrepl.LogicalDecodingMessage:
 		s.handleMessage(m)
 	}

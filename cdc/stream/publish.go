@@ -33,6 +33,9 @@ func (s *session) deadLetter(ctx context.Context, ev *decode.Event, lsn pglogrep
 // its outcome: acknowledged, dead-lettered when Kafka refuses it again
 // permanently, or an error that ends the session.
 func (s *session) publishAlone(ctx context.Context, ev *decode.Event, lsn pglogrepl.LSN, size int) error {
+	if err := s.commitAt(ctx, s.curN); err != nil {
+		return err
+	}
 	if err := s.drain(ctx, func() bool { return s.tracker.Inflight() == 0 }); err != nil {
 		return err
 	}
@@ -40,6 +43,12 @@ func (s *session) publishAlone(ctx context.Context, ev *decode.Event, lsn pglogr
 	done := make(chan error, 1)
 	s.tracker.Add(s.curTx, size)
 	err := s.pub.Publish(ctx, ev, s.Router.Topic(ev.AggregateType), s.curTx, &delivery{tx: s.curTx, eventID: ev.ID, size: size, alone: done})
+	if err == nil && s.txn != nil {
+		// Stored alone: a sink transaction of its own, counted with the
+		// events of its PostgreSQL transaction before it.
+		s.txn.added(size)
+		_ = s.commitAt(ctx, s.curN+1) // a failed commit reports the outcome as failed
+	}
 	if err == nil {
 		var outcome error
 		err = s.drain(ctx, func() bool {
@@ -96,6 +105,13 @@ func (s *session) drain(ctx context.Context, ready func() bool) error {
 // decoder's ErrMalformedHeaders, if any.
 func (s *session) insert(ctx context.Context, ev *decode.Event, walStart pglogrepl.LSN, decodeErr error) error {
 	size := ev.Size() + recordOverhead
+	if s.txn != nil && s.txn.skipping() {
+		// Stored by an earlier session's sink transaction (txn.go).
+		s.tracker.Add(s.curTx, size)
+		s.tracker.Ack(s.curTx, size)
+		s.curN++
+		return nil
+	}
 	switch {
 	case decodeErr != nil:
 		// No record can be built: the one row, never the batch.
@@ -119,6 +135,9 @@ func (s *session) insert(ctx context.Context, ev *decode.Event, walStart pglogre
 			}
 			s.tracker.Release(s.curTx, size)
 			return err
+		}
+		if s.txn != nil {
+			s.txn.added(size)
 		}
 	}
 	s.curN++

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/eventforge/eventforge/cdc/checkpoint"
@@ -60,6 +61,8 @@ type Config struct {
 	MaxInflightBytes  int64
 	// StandbySlots are held back for (hold.go).
 	StandbySlots standby.Slots
+	// Txn bounds the sink transactions on a transactional sink (txn.go).
+	Txn TxnBounds
 }
 
 // Deps are what a session works with, shared with the rest of the relay.
@@ -115,6 +118,7 @@ type session struct {
 	sentLSN atomic.Uint64
 	sentAt  time.Time // when the last status update went out (loop goroutine)
 	hold    holder    // the open transaction's events held for the standbys
+	txn     *txnState // the open sink transaction, on a transactional sink
 }
 
 // newSession is a session without a connection or a sink, starting at start.
@@ -129,9 +133,10 @@ func newSession(cfg Config, d Deps, start pglogrepl.LSN) *session {
 	}
 }
 
-// Run streams the slot, as st found it, until ctx ends (it returns nil) or
-// the session fails.
-func Run(ctx context.Context, cfg Config, d Deps, st slot.State) error {
+// Run streams the slot, as st found it, of generation (the slot's
+// incarnation, gap.Checkpoint.Generation), until ctx ends (it returns nil)
+// or the session fails.
+func Run(ctx context.Context, cfg Config, d Deps, st slot.State, generation string) error {
 	if st.ActivePID != nil {
 		return fmt.Errorf("%w (pid %d)", slot.ErrBusy, *st.ActivePID)
 	}
@@ -151,14 +156,55 @@ func Run(ctx context.Context, cfg Config, d Deps, st slot.State) error {
 			d.Logger.Warn("could not make the slot a failover slot; a promoted standby will not have it (the reader then recovers the gap)", "err", err)
 		}
 	}
-	s := newSession(cfg, d, st.Confirmed)
+	start, txn, err := resume(ctx, d, st, generation)
+	if err != nil {
+		return err
+	}
+	s := newSession(cfg, d, start)
 	s.conn = rconn
 	if s.pub, err = d.Driver.Open("eventforge-cdc", s.onDelivery); err != nil {
 		return err
 	}
+	if txn != nil {
+		txn.bounds = cfg.Txn
+		if txn.pub, _ = s.pub.(sink.Transactional); txn.pub == nil {
+			s.pub.Close(0)
+			return control.Permanentf("the sink's driver is transactional, its sink is not")
+		}
+		s.txn = txn
+	}
 	d.Progress.Attach(s.tracker)
 	defer d.Progress.Detach()
-	return s.run(ctx, st.Confirmed)
+	return s.run(ctx, start)
+}
+
+// resume is where a session starts: the slot's confirmed position, or, on
+// a transactional sink, the later of it and the sink's committed position
+// (startPosition), with what to skip of a transaction stored in part.
+func resume(ctx context.Context, d Deps, st slot.State, generation string) (pglogrepl.LSN, *txnState, error) {
+	td, ok := d.Driver.(sink.TransactionalDriver)
+	if !ok {
+		return st.Confirmed, nil, nil
+	}
+	pos, found, err := td.Position(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	var serverWAL pglogrepl.LSN
+	err = d.Control.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(control.LSN{Dst: &serverWAL})
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the server's WAL position: %w", err)
+	}
+	start, xid, n, why := startPosition(st.Confirmed, serverWAL, generation, pos, found)
+	if why != "" {
+		d.Logger.Info("resuming from the slot's confirmed position", "lsn", start.String(), "why", why)
+	} else if start != st.Confirmed || n > 0 {
+		d.Logger.Info("resuming from the position committed to the sink", "lsn", start.String(), "slot_lsn", st.Confirmed.String(),
+			"partial_xid", xid, "partial_events", n)
+	}
+	return start, &txnState{generation: generation, lastEnd: start, skipXID: xid, skipN: n}, nil
 }
 
 // onDelivery runs on the sink's delivery-report goroutine.

@@ -217,3 +217,30 @@ func coordinatorBusy(err error) bool {
 	}
 	return kerr.IsRetriable()
 }
+
+// OffsetsAt returns, for every partition of topic, the offset of its first
+// record with a timestamp at or after t (the end offset where there is
+// none).
+func (r *Reader) OffsetsAt(topic string, t time.Time) (map[int32]int64, error) {
+	ends, err := r.EndOffsets(topic)
+	if err != nil {
+		return nil, err
+	}
+	tps := make([]kafka.TopicPartition, 0, len(ends))
+	for p := range ends {
+		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(t.UnixMilli())})
+	}
+	got, err := r.c.OffsetsForTimes(tps, 10000)
+	if err != nil {
+		return nil, fmt.Errorf("looking up the offsets of %s at %s: %w", topic, t.Format(time.RFC3339), err)
+	}
+	out := make(map[int32]int64, len(got))
+	for _, tp := range got {
+		if tp.Offset < 0 { // no record at or after t
+			out[tp.Partition] = ends[tp.Partition]
+			continue
+		}
+		out[tp.Partition] = int64(tp.Offset)
+	}
+	return out, nil
+}

@@ -158,6 +158,15 @@ test-cdc-pg: build ## Run the core CDC suite on PostgreSQL $(CDC_PG) (starts and
 	$(GO) test $(GO_TEST_FLAGS) ./cdc/...; \
 	$(GO) test $(GO_TEST_FLAGS) -run '$(CDC_CORE_TESTS)' ./e2e/
 
+# The relay's windows with and without --exactly-once, three runs each
+# (docs/cdc.md, "Exactly-once into Kafka"); make test runs them once.
+.PHONY: test-exactly-once
+test-exactly-once: build ## Run the relay windows in both delivery modes three times and count the duplicates
+	@started="$$($(EVENTFORGE) stack up --print-started)"; \
+	$(STOP_STARTED); \
+	trap stop_started EXIT; \
+	EVENTFORGE_EOS_RUNS=3 $(GO) test $(GO_TEST_FLAGS) -v -run '^(TestRelayExactlyOnce|TestRelayPartitionedLeader)$$' ./e2e/ | grep -E 'runs passed|takeover|^(---|ok|FAIL|PASS)'
+
 # The independent OpenAPI validator (npm @apidevtools/swagger-parser, pinned by
 # its lockfile) that the api tests run on the served /openapi.json.
 OPENAPI_VALIDATOR := api/testdata/openapi

@@ -14,7 +14,7 @@
 package contract
 
 // Kafka record headers the CDC reader writes on every record
-// (cdc/publish.Record) and consumers, verify, the console and the bench read.
+// (cdc/sink/kafkasink.Record) and consumers, verify, the console and the bench read.
 const (
 	// HeaderID is the outbox event ID, the Debezium outbox convention.
 	// Consumers deduplicate on it.

@@ -44,11 +44,11 @@ func eosRuns(t *testing.T) int {
 	return n
 }
 
-// TestCDCExactlyOnce runs each relay window in both modes: with
+// TestRelayExactlyOnce runs each relay window in both modes: with
 // --exactly-once a read_committed reader finds no duplicate record, every
 // event once and each order's events in commit order; without it the
 // duplicates the window makes are counted and shown.
-func TestCDCExactlyOnce(t *testing.T) {
+func TestRelayExactlyOnce(t *testing.T) {
 	runs := eosRuns(t)
 	for _, w := range eosWindows {
 		t.Run(w.name, func(t *testing.T) {

@@ -91,12 +91,16 @@ func OpenReplication(ctx context.Context, databaseURL string) (*pgconn.PgConn, e
 	return conn, nil
 }
 
-// deadPeerParams make the server probe the relay's connections with TCP
-// keepalives, so that a relay lost with its host or network releases the
-// leadership lock and the slot in about 25 s instead of the kernel default
-// of over two hours.
+// deadPeerParams make the server give up on a relay lost with its host or
+// network in about 25 s instead of the kernel's defaults, so that the
+// leadership lock and the slot are released for a standby: TCP keepalives
+// probe an idle connection, and tcp_user_timeout bounds how long data the
+// server sent may stay unacknowledged — a connection cut while a reply was
+// on its way is retransmitted, not probed, and would otherwise hold the
+// lock for the kernel's retransmission limit (about 15 minutes).
 var deadPeerParams = map[string]string{
 	"tcp_keepalives_idle":     "10",
 	"tcp_keepalives_interval": "5",
 	"tcp_keepalives_count":    "3",
+	"tcp_user_timeout":        "25000",
 }

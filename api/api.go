@@ -21,7 +21,7 @@ import (
 
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
-	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/internal/tlsconf"
 )
@@ -82,22 +82,10 @@ const MaxRequestBytes = 1 << 20
 // service name answers SERVING while the process serves (liveness).
 const ServiceName = "eventforge.v1.OrderService"
 
-// DefaultConfig returns the configuration the flags default to.
+// DefaultConfig returns the configuration the flags default to (their
+// tags, read by config.Defaults).
 func DefaultConfig() Config {
-	return Config{
-		DatabaseURL:       contract.DatabaseURL,
-		GRPCAddr:          "127.0.0.1:9090",
-		HTTPAddr:          "127.0.0.1:8080",
-		MaxConns:          16,
-		CreateWriters:     store.DefaultCreateWriters,
-		ShutdownTimeout:   10 * time.Second,
-		RequestTimeout:    10 * time.Second,
-		IdempotencyWindow: 24 * time.Hour,
-		PruneInterval:     time.Minute,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	return config.Defaults[Config]()
 }
 
 // LogValue is the configuration as the startup line shows it: every flag,

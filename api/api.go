@@ -21,7 +21,7 @@ import (
 
 	"github.com/eventforge/eventforge/api/rpc"
 	"github.com/eventforge/eventforge/api/store"
-	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/internal/tlsconf"
 )
@@ -82,22 +82,10 @@ const MaxRequestBytes = 1 << 20
 // service name answers SERVING while the process serves (liveness).
 const ServiceName = "eventforge.v1.OrderService"
 
-// DefaultConfig returns the configuration the flags default to.
+// DefaultConfig returns the configuration the flags default to (their
+// tags, read by config.Defaults).
 func DefaultConfig() Config {
-	return Config{
-		DatabaseURL:       contract.DatabaseURL,
-		GRPCAddr:          "127.0.0.1:9090",
-		HTTPAddr:          "127.0.0.1:8080",
-		MaxConns:          16,
-		CreateWriters:     store.DefaultCreateWriters,
-		ShutdownTimeout:   10 * time.Second,
-		RequestTimeout:    10 * time.Second,
-		IdempotencyWindow: 24 * time.Hour,
-		PruneInterval:     time.Minute,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	return config.Defaults[Config]()
 }
 
 // LogValue is the configuration as the startup line shows it: every flag,
@@ -134,25 +122,33 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Run serves until ctx is cancelled, then drains in-flight requests.
-func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
-	return run(ctx, cfg, logger, nil)
-}
-
 // Addrs are the addresses the service listens on.
 type Addrs struct{ GRPC, HTTP string }
 
-// RunNotify is Run that reports the bound addresses on ready (useful when the
-// configured ports are 0); ready, if not nil, receives them once both
-// listeners are up.
-func RunNotify(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addrs) error {
-	return run(ctx, cfg, logger, ready)
+// An Option adds to what Run does beyond its Config.
+type Option func(*options)
+
+type options struct {
+	ready chan<- Addrs
 }
 
-// run composes the service: the gRPC server (grpc.go), the REST gateway that
-// calls it (gateway.go) and the HTTP server in front of the gateway
-// (http.go), over one store, then serves until ctx ends.
-func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addrs) error {
+// NotifyReady makes Run send the bound addresses on ready once both
+// listeners are up (useful when the configured ports are 0). Run sends
+// once, and waits until the value is taken or fits in ready's buffer; a nil
+// ready is no notification.
+func NotifyReady(ready chan<- Addrs) Option {
+	return func(o *options) { o.ready = ready }
+}
+
+// Run composes the service — the gRPC server (grpc.go), the REST gateway
+// that calls it (gateway.go) and the HTTP server in front of the gateway
+// (http.go), over one store — and serves until ctx is cancelled, then
+// drains in-flight requests.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid api config: %w", err)
 	}
@@ -187,8 +183,8 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 
 	addrs := Addrs{GRPC: lis.grpc.Addr().String(), HTTP: lis.http.Addr().String()}
 	logger.Info("api listening", "grpc_addr", addrs.GRPC, "http_addr", addrs.HTTP)
-	if ready != nil {
-		ready <- addrs
+	if o.ready != nil {
+		o.ready <- addrs
 	}
 	s := servers{cfg: cfg, logger: logger, st: st, lis: lis, grpc: grpcServer, health: healthServer, http: httpServer}
 	err = s.serve(ctx)

@@ -139,7 +139,7 @@ func startServer(t *testing.T, env *testenv.Env, mutate func(*Config)) *server {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Addrs, 1)
 	done := make(chan error, 1)
-	go func() { done <- RunNotify(ctx, cfg, logger, ready) }()
+	go func() { done <- Run(ctx, cfg, logger, NotifyReady(ready)) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -123,8 +123,7 @@ func (r *runner) offerRate(ctx context.Context, create creator, rate int) (rateR
 // waits until the slot confirmed the WAL that wrote. Without it, the
 // autovacuum that the earlier rates' inserts make due (once a table grew by
 // a fifth since its last vacuum) runs inside whichever rate crosses that
-// threshold — at 1,000 orders/s in the full run — and takes a quarter of a
-// core from a machine that rate already keeps busy.
+// threshold and takes CPU from a machine that rate already keeps busy.
 func (r *runner) settleSlot(ctx context.Context) error {
 	if err := r.settle(ctx); err != nil {
 		return err

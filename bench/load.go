@@ -135,10 +135,10 @@ func closedLoop(ctx context.Context, create creator, clients int, d time.Duratio
 }
 
 // loadTick is how often the open loop releases the requests that fell due.
-// One timer wakeup per tick instead of one per request cut the load
-// generator's CPU per order at 1,000 orders/s from ~195 to ~140 µs (with one
-// connection), CPU the measured processes get back on a 2-core machine; the
-// price is arrivals in groups of up to rate × loadTick (5 at 1,000/s).
+// One timer wakeup per tick instead of one per request costs the load
+// generator less CPU per order, CPU the measured processes get back on a
+// small machine (docs/bench.md); the price is arrivals in groups of up to
+// rate × loadTick (5 at 1,000/s).
 const loadTick = 5 * time.Millisecond
 
 // openLoop sends rate requests per second for d regardless of answers (up

@@ -10,7 +10,7 @@ import (
 
 	"github.com/eventforge/eventforge/cdc/sink/kafkasink"
 	"github.com/eventforge/eventforge/cdc/standby"
-	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
 )
 
@@ -114,38 +114,9 @@ type Config struct {
 // for standbys.
 const NoStandbyWait = standby.NoWait
 
-// DefaultConfig returns the configuration the flags default to.
-func DefaultConfig() Config {
-	return Config{
-		DatabaseURL:         contract.DatabaseURL,
-		Kafka:               kafkasink.Config{Brokers: contract.KafkaBrokers},
-		Slot:                contract.Slot,
-		Publication:         contract.Publication,
-		OutboxTable:         "public.outbox",
-		DeadLetterTable:     "public.cdc_dead_letters",
-		CheckpointTable:     "public.cdc_checkpoints",
-		CheckpointInterval:  10 * time.Second,
-		Topics:              map[string]string{contract.AggregateOrder: contract.Topic},
-		TopicFallback:       "eventforge.{aggregatetype}",
-		StatusInterval:      2 * time.Second,
-		ConfirmInterval:     100 * time.Millisecond,
-		FlushTimeout:        10 * time.Second,
-		MaxBackoff:          10 * time.Second,
-		HeartbeatInterval:   10 * time.Second,
-		MaxInflightEvents:   2500,
-		MaxInflightBytes:    16 << 20,
-		StandbyRetry:        time.Second,
-		UnhealthyAfter:      time.Minute,
-		OutboxRetention:     24 * time.Hour,
-		PruneInterval:       5 * time.Minute,
-		PruneBatch:          1000,
-		PositionTopic:       "eventforge.cdc.positions",
-		TransactionEvents:   1000,
-		TransactionBytes:    4 << 20,
-		TransactionInterval: 100 * time.Millisecond,
-		TransactionTimeout:  time.Minute,
-	}
-}
+// DefaultConfig returns the configuration the flags default to (their
+// tags are the one statement of the defaults).
+func DefaultConfig() Config { return config.Defaults[Config]() }
 
 // LogValue is the configuration as the startup line shows it: every flag,
 // secrets masked (logging.ConfigValue).

@@ -16,7 +16,7 @@ import (
 
 	"github.com/eventforge/eventforge/consumer/fulfillment"
 	"github.com/eventforge/eventforge/consumer/registry"
-	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
 )
 
@@ -45,7 +45,7 @@ type Config struct {
 	// Consumers maps consumer names to their Kafka groups; by default every
 	// registered consumer (consumer/registry) with its default group. The
 	// drills need DrilledConsumer among them.
-	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"${console_consumers}"`
+	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"${consumer_groups}"`
 	// MetricsSources maps a component name to a Prometheus text endpoint the
 	// console scrapes for the figures only that component knows (replication
 	// lag, oldest unpublished age, publish errors, retries). The console's
@@ -61,18 +61,12 @@ type Config struct {
 // whose effects the drills count: shipments of the fulfillment consumer.
 const DrilledConsumer = fulfillment.Name
 
-// DefaultConfig returns the configuration the flags default to. Its
-// DatabaseURL is empty: the console uses the api's database, which whoever
-// mounts it sets (`eventforge api`, `eventforge dev`).
+// DefaultConfig returns the configuration the flags default to (their
+// tags, read by config.Defaults). Its DatabaseURL is empty: the console uses
+// the api's database, which whoever mounts it sets (`eventforge api`,
+// `eventforge dev`).
 func DefaultConfig() Config {
-	return Config{
-		KafkaBrokers:   contract.KafkaBrokers,
-		Topic:          contract.Topic,
-		Slot:           contract.Slot,
-		Consumers:      registry.DefaultGroups(),
-		SampleInterval: 2 * time.Second,
-		History:        900,
-	}
+	return config.Defaults[Config](registry.FlagVars())
 }
 
 // LogValue is the configuration as the startup line shows it: every flag of the

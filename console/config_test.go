@@ -1,9 +1,24 @@
 package console
 
 import (
+	"maps"
 	"strings"
 	"testing"
+
+	"github.com/eventforge/eventforge/consumer/registry"
 )
+
+// By default the console shows every registered consumer with its default
+// group, and the defaults are valid.
+func TestDefaultConfig(t *testing.T) {
+	c := DefaultConfig()
+	if !maps.Equal(c.Consumers, registry.DefaultGroups()) {
+		t.Errorf("--console-consumer defaults to %v, want %v", c.Consumers, registry.DefaultGroups())
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("the defaults are invalid: %v", err)
+	}
+}
 
 func TestCheckExposure(t *testing.T) {
 	tests := []struct {

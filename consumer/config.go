@@ -18,7 +18,7 @@ import (
 
 	"github.com/eventforge/eventforge/consumer/engine"
 	"github.com/eventforge/eventforge/consumer/registry"
-	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
 	"github.com/eventforge/eventforge/internal/metrics"
 )
@@ -89,34 +89,13 @@ type Config struct {
 	MetricsAddr string `name:"metrics-addr" help:"Serve Prometheus /metrics on this address (empty: off)."`
 }
 
-// DefaultConfig returns the configuration the flags default to: the
-// engine's DefaultOptions, the contract's database, brokers and topic, and
-// the registry's default consumer.
+// DefaultConfig returns the configuration the flags default to (their
+// tags, read by config.Defaults with the registry's variables): the
+// engine's DefaultOptions (config_test.go holds them equal), the
+// contract's database, brokers and topic, and the registry's default
+// consumer.
 func DefaultConfig() Config {
-	o := engine.DefaultOptions()
-	return Config{
-		DatabaseURL:      contract.DatabaseURL,
-		KafkaBrokers:     contract.KafkaBrokers,
-		Name:             registry.DefaultName,
-		Topics:           []string{contract.Topic},
-		Workers:          o.Workers,
-		BatchSize:        o.BatchSize,
-		BatchWait:        o.BatchWait,
-		QueueSize:        o.QueueSize,
-		QueueBytes:       o.QueueBytes,
-		FetchWait:        o.FetchWait,
-		MaxAttempts:      o.MaxAttempts,
-		InitialBackoff:   o.InitialBackoff,
-		NotFoundGrace:    o.NotFoundGrace,
-		MaxBackoff:       o.MaxBackoff,
-		AttemptTimeout:   o.AttemptTimeout,
-		ProbeTimeout:     o.ProbeTimeout,
-		SessionTimeout:   o.SessionTimeout,
-		CommitInterval:   o.CommitPeriod,
-		MaxConns:         5,
-		DLQSuffix:        o.DLQSuffix,
-		DLQStatsInterval: o.DLQStatsInterval,
-	}
+	return config.Defaults[Config](registry.FlagVars())
 }
 
 // LogValue is the configuration as the startup line shows it: every flag,
@@ -201,32 +180,38 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	defer pool.Close()
 
-	rt := engine.New(engine.Options{
-		Name:             cfg.Name,
-		Group:            cfg.GroupID(),
-		Topics:           cfg.Topics,
-		Bootstrap:        cfg.KafkaBrokers,
-		Workers:          cfg.Workers,
-		BatchSize:        cfg.BatchSize,
-		BatchWait:        cfg.BatchWait,
-		QueueSize:        cfg.QueueSize,
-		QueueBytes:       cfg.QueueBytes,
-		FetchWait:        cfg.FetchWait,
-		MaxAttempts:      cfg.MaxAttempts,
-		InitialBackoff:   cfg.InitialBackoff,
-		NotFoundGrace:    cfg.NotFoundGrace,
-		MaxBackoff:       cfg.MaxBackoff,
-		AttemptTimeout:   cfg.AttemptTimeout,
-		ProbeTimeout:     cfg.ProbeTimeout,
-		CommitPeriod:     cfg.CommitInterval,
-		SessionTimeout:   cfg.SessionTimeout,
-		DLQSuffix:        cfg.DLQSuffix,
-		DLQStatsInterval: cfg.DLQStatsInterval,
-		OnAssignment:     memoryLimiter(cfg.QueueBytes, logger),
-	}, engine.PoolDB{Pool: pool}, handler, logger)
+	opts := cfg.options()
+	opts.OnAssignment = memoryLimiter(cfg.QueueBytes, logger)
+	rt := engine.New(opts, engine.PoolDB{Pool: pool}, handler, logger)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return metrics.Serve(gctx, cfg.MetricsAddr, logger, nil) })
 	g.Go(func() error { return rt.Run(gctx) })
 	return g.Wait()
+}
+
+// options are the engine's options for c.
+func (c Config) options() engine.Options {
+	return engine.Options{
+		Name:             c.Name,
+		Group:            c.GroupID(),
+		Topics:           c.Topics,
+		Bootstrap:        c.KafkaBrokers,
+		Workers:          c.Workers,
+		BatchSize:        c.BatchSize,
+		BatchWait:        c.BatchWait,
+		QueueSize:        c.QueueSize,
+		QueueBytes:       c.QueueBytes,
+		FetchWait:        c.FetchWait,
+		MaxAttempts:      c.MaxAttempts,
+		InitialBackoff:   c.InitialBackoff,
+		NotFoundGrace:    c.NotFoundGrace,
+		MaxBackoff:       c.MaxBackoff,
+		AttemptTimeout:   c.AttemptTimeout,
+		ProbeTimeout:     c.ProbeTimeout,
+		CommitPeriod:     c.CommitInterval,
+		SessionTimeout:   c.SessionTimeout,
+		DLQSuffix:        c.DLQSuffix,
+		DLQStatsInterval: c.DLQStatsInterval,
+	}
 }

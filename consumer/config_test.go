@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -54,5 +55,17 @@ func TestGroupID(t *testing.T) {
 	c.Group = "custom"
 	if got := c.GroupID(); got != "custom" {
 		t.Fatalf("GroupID = %q", got)
+	}
+}
+
+// The flags of `eventforge consumer` default to what the engine runs with
+// unless configured otherwise (engine.DefaultOptions), which its zero
+// options fall back to.
+func TestDefaultConfigIsTheEngineDefaults(t *testing.T) {
+	c := DefaultConfig()
+	want := engine.DefaultOptions()
+	want.Name, want.Group, want.Topics, want.Bootstrap = c.Name, c.GroupID(), c.Topics, c.KafkaBrokers
+	if got := c.options(); !reflect.DeepEqual(got, want) {
+		t.Errorf("the flags give the engine\n%+v\nDefaultOptions are\n%+v", got, want)
 	}
 }

@@ -197,7 +197,7 @@ func TestShortDeadlinesNeverAnswerNotWrittenForAStoredOrder(t *testing.T) {
 	sort.Strings(lines)
 	t.Logf("%d intents; %d stored orders whose first call failed; %d keyless intents left without an order (their outcome unknown to the client, never retried)\n%s",
 		len(intents), failedStored, zero, strings.Join(lines, "\n"))
-	if fams, err := scrapeMetrics("http://" + pl.httpAddr + "/metrics"); err == nil {
+	if fams, err := scrapeMetrics(pl.httpAddr); err == nil {
 		if f := fams["eventforge_api_commit_answer_lost_total"]; f != nil {
 			for _, m := range f.GetMetric() {
 				t.Logf("eventforge_api_commit_answer_lost_total{resolution=%q} %v", m.GetLabel()[0].GetValue(), m.GetCounter().GetValue())

@@ -22,7 +22,7 @@ func cdcArgs(env *testenv.Env, extra ...string) []string {
 // at start with every one of wants in its output.
 func wantRefused(t *testing.T, args []string, wants ...string) {
 	t.Helper()
-	out := runCommand(t, 1, args...)
+	out := eventforge(t, 1, args...).Combined
 	for _, w := range wants {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)

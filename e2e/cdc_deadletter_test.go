@@ -140,7 +140,7 @@ func windowRelayDeadLetter(t *testing.T) {
 	var listed []struct {
 		EventID string `json:"event_id"`
 	}
-	out := runCommand(t, 0, "outbox", "dead-letters", "list", "--json", "--database-url", pl.env.DatabaseURL)
+	out := eventforge(t, 0, "outbox", "dead-letters", "list", "--json", "--database-url", pl.env.DatabaseURL).Combined
 	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) == 0 {
 		t.Fatalf("dead-letters list: %v\n%s", err, out)
 	}
@@ -167,8 +167,8 @@ func windowRelayDeadLetter(t *testing.T) {
 
 	setTopicMaxMessageBytes(t, pl.env.Endpoints.KafkaBootstrap, pl.env.Topic, 0)
 	t.Log("topic limit back to the broker's default; replaying")
-	out = runCommand(t, 0, "outbox", "dead-letters", "replay", "--database-url", pl.env.DatabaseURL,
-		"--kafka-brokers", pl.env.Endpoints.KafkaBootstrap)
+	out = eventforge(t, 0, "outbox", "dead-letters", "replay", "--database-url", pl.env.DatabaseURL,
+		"--kafka-brokers", pl.env.Endpoints.KafkaBootstrap).Combined
 	t.Logf("replay: %s", out)
 	waitEventsInKafka(t, pl.env, []string{eventID}, time.Minute)
 	if err := pl.env.Pool.QueryRow(context.Background(), `SELECT replayed_at FROM cdc_dead_letters WHERE event_id = $1`, eventID).Scan(&replayed); err != nil || replayed == nil {

@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,47 +31,6 @@ func cdcReader(t testing.TB, env *testenv.Env, name string, procEnv []string, ex
 		"--slot", env.Slot, "--topic", "order=" + env.Topic, "--status-interval", "500ms",
 		"--heartbeat-interval", "1s", "--standby-retry", "250ms", "--metrics-addr", addr}, extra...)
 	return start(t, name, procEnv, args...), addr
-}
-
-// scrape reads one sample of metric (with any labels) from a /metrics
-// endpoint. ok is false when the endpoint does not answer or lacks it.
-func scrape(addr, metric string) (float64, bool) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		return v, err == nil
-	}
-	return 0, false
-}
-
-// waitMetric waits until metric on addr satisfies cond.
-func waitMetric(t testing.TB, addr, metric string, timeout time.Duration, what string, cond func(float64) bool) float64 {
-	t.Helper()
-	var last float64
-	testenv.Eventually(t, timeout, what, func() error {
-		v, ok := scrape(addr, metric)
-		if !ok {
-			return fmt.Errorf("%s not scraped from %s", metric, addr)
-		}
-		last = v
-		if !cond(v) {
-			return fmt.Errorf("%s = %v", metric, v)
-		}
-		return nil
-	})
-	return last
 }
 
 // insertEvents commits one transaction holding n outbox events, spread over
@@ -325,11 +281,4 @@ func currentLSN(t testing.TB, env *testenv.Env) pglogrepl.LSN {
 		t.Fatal(err)
 	}
 	return lsn
-}
-
-// runCommand runs `eventforge args...` to completion and returns its
-// combined output; the test fails unless it exits with wantExit.
-func runCommand(t testing.TB, wantExit int, args ...string) string {
-	t.Helper()
-	return testkit.RunExit(t, wantExit, binary, args...).Combined
 }

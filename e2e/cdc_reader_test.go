@@ -178,16 +178,16 @@ func TestCDCSlotCommands(t *testing.T) {
 	reader, metrics := cdcReader(t, env, "cdc", nil)
 	waitMetric(t, metrics, "eventforge_cdc_active", 30*time.Second, "reader active", func(v float64) bool { return v == 1 })
 
-	out := runCommand(t, 0, append([]string{"slot", "status"}, base...)...)
+	out := eventforge(t, 0, append([]string{"slot", "status"}, base...)...).Combined
 	for _, want := range []string{env.Slot, "confirmed_flush_lsn", "restart_lsn", "lag", "retained WAL", "pid "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("slot status lacks %q:\n%s", want, out)
 		}
 	}
-	if out := runCommand(t, 1, append([]string{"slot", "drop"}, base...)...); !strings.Contains(out, "--yes") {
+	if out := eventforge(t, 1, append([]string{"slot", "drop"}, base...)...).Combined; !strings.Contains(out, "--yes") {
 		t.Errorf("slot drop without --yes: %s", out)
 	}
-	if out := runCommand(t, 1, append([]string{"slot", "drop", "--yes"}, base...)...); !strings.Contains(out, "active") {
+	if out := eventforge(t, 1, append([]string{"slot", "drop", "--yes"}, base...)...).Combined; !strings.Contains(out, "active") {
 		t.Errorf("slot drop of an active slot: %s", out)
 	}
 	reader.stop()
@@ -197,11 +197,11 @@ func TestCDCSlotCommands(t *testing.T) {
 		}
 		return nil
 	})
-	runCommand(t, 0, append([]string{"slot", "drop", "--yes"}, base...)...)
+	eventforge(t, 0, append([]string{"slot", "drop", "--yes"}, base...)...)
 	if _, err := schema.ReadSlotStatus(context.Background(), env.Pool, env.Slot); !errors.Is(err, schema.ErrSlotNotFound) {
 		t.Fatalf("after slot drop: slot %s read with err %v, want it not found", env.Slot, err)
 	}
-	runCommand(t, 1, append([]string{"slot", "status"}, base...)...)
+	eventforge(t, 1, append([]string{"slot", "status"}, base...)...)
 }
 
 // TestCDCOutboxReplay republishes stored events by ID and by time range with
@@ -213,7 +213,7 @@ func TestCDCOutboxReplay(t *testing.T) {
 	base := []string{"outbox", "replay", "--database-url", env.DatabaseURL, "--kafka-brokers", env.Endpoints.KafkaBootstrap,
 		"--topic", "order=" + env.Topic, "--no-progress"}
 
-	runCommand(t, 0, append(base, "--event-id", ids[3], "--event-id", ids[7])...)
+	eventforge(t, 0, append(base, "--event-id", ids[3], "--event-id", ids[7])...)
 	by := map[string]int{}
 	recs, err := testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
 	if err != nil {
@@ -226,7 +226,7 @@ func TestCDCOutboxReplay(t *testing.T) {
 		t.Fatalf("replay by ID: records %v, want one each of %s and %s", by, ids[3], ids[7])
 	}
 
-	out := runCommand(t, 0, append(base, "--since", time.Now().Add(-time.Hour).Format(time.RFC3339), "--until", time.Now().Add(time.Minute).Format(time.RFC3339))...)
+	out := eventforge(t, 0, append(base, "--since", time.Now().Add(-time.Hour).Format(time.RFC3339), "--until", time.Now().Add(time.Minute).Format(time.RFC3339))...).Combined
 	if !strings.Contains(out, "replayed 30 of 30") {
 		t.Errorf("replay by time range: %s", out)
 	}
@@ -255,7 +255,7 @@ func TestCDCOutboxReplay(t *testing.T) {
 			t.Errorf("event %s: %d records after both replays, want %d", id, by[id], want)
 		}
 	}
-	if out := runCommand(t, 1, append(base, "--event-id", "0195f5a8-0000-7000-8000-000000000000")...); !strings.Contains(out, "not found") {
+	if out := eventforge(t, 1, append(base, "--event-id", "0195f5a8-0000-7000-8000-000000000000")...).Combined; !strings.Contains(out, "not found") {
 		t.Errorf("replay of an unknown ID: %s", out)
 	}
 	// A row its writer deleted is kept in outbox_deleted, and replayed from
@@ -264,7 +264,7 @@ func TestCDCOutboxReplay(t *testing.T) {
 	if _, err := env.Pool.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, gone); err != nil {
 		t.Fatal(err)
 	}
-	runCommand(t, 0, append(base, "--event-id", gone)...)
+	eventforge(t, 0, append(base, "--event-id", gone)...)
 	recs, err = testenv.ReadTopic(env.Endpoints.KafkaBootstrap, env.Topic)
 	if err != nil {
 		t.Fatal(err)

@@ -78,13 +78,13 @@ func windowConsumerCrashAfterCommit(t *testing.T) {
 	for _, c := range []struct{ name, addr string }{{"fulfillment", fulAddr}, {"ledger", ledAddr}} {
 		// Running with its partitions assigned and its lag at 0.
 		testenv.Eventually(t, 60*time.Second, c.name+" assigned and caught up", func() error {
-			m, err := metricsOf(c.addr)
+			m, err := scrapeMetrics(c.addr)
 			if err != nil {
 				return err
 			}
 			n := 0
 			for p := range 6 {
-				v, ok := m[fmt.Sprintf(`eventforge_consumer_lag{consumer=%q,partition="%d"}`, c.name, p)]
+				v, ok := m.lookup("eventforge_consumer_lag", "consumer", c.name, "partition", fmt.Sprint(p))
 				if !ok {
 					continue
 				}

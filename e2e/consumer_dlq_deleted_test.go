@@ -42,13 +42,16 @@ func TestConsumerDLQTopicDeleted(t *testing.T) {
 	}
 	poison := orderEvent{id: uuid.NewString(), typ: "OrderShipped", key: orders[0].id, payload: []byte(`{}`), partition: 0}
 	ep.send(t, poison)
-	gauge := `eventforge_consumer_dlq_unavailable_partitions{cause="topic_missing",consumer="fulfillment"}`
+	const gauge = `eventforge_consumer_dlq_unavailable_partitions{cause="topic_missing",consumer="fulfillment"}`
+	waiting := func() float64 {
+		return mustMetrics(t, addr).value("eventforge_consumer_dlq_unavailable_partitions", "cause", "topic_missing", "consumer", "fulfillment")
+	}
 	for i := 60; i < 180; i += 20 { // under load while the write fails
 		sendRange(i, i+20)
 		time.Sleep(500 * time.Millisecond)
 	}
 	testenv.Eventually(t, 2*time.Minute, "partition 0 waiting on the missing dlq topic", func() error {
-		if w := mustMetrics(t, addr)[gauge]; w != 1 {
+		if w := waiting(); w != 1 {
 			return fmt.Errorf("%s = %v, want 1", gauge, w)
 		}
 		return nil
@@ -85,7 +88,7 @@ func TestConsumerDLQTopicDeleted(t *testing.T) {
 	if es := readDLQEntries(t, pl, topic); len(es) != 1 || es[0].EventID != poison.id {
 		c.errorf("DLQ holds %+v, want the record that waited, once", es)
 	}
-	if w := mustMetrics(t, addr)[gauge]; w != 0 {
+	if w := waiting(); w != 0 {
 		c.errorf("%s = %v after the topic came back", gauge, w)
 	}
 	c.report()

@@ -41,7 +41,7 @@ func TestDLQToolsStreamALargeDLQ(t *testing.T) {
 	produceDeadLetters(t, env, topic, 0, largeDLQ, badIndex)
 	brokers := []string{"--kafka-brokers", env.Endpoints.KafkaBootstrap, "--topic", topic}
 
-	out, _ := eventforge(t, 0, append([]string{"dlq", "list", "--limit", "5"}, brokers...)...)
+	out := eventforge(t, 0, append([]string{"dlq", "list", "--limit", "5"}, brokers...)...).Stdout
 	if want := fmt.Sprintf("%s: %d records held, %d match", topic, largeDLQ, largeDLQ); !strings.Contains(out, want) {
 		t.Fatalf("dlq list printed\n%s\nwant %q", out, want)
 	}
@@ -49,7 +49,8 @@ func TestDLQToolsStreamALargeDLQ(t *testing.T) {
 		t.Errorf("dlq list --limit 5 printed\n%s", out)
 	}
 
-	out, logs := eventforge(t, 1, append([]string{"dlq", "replay", "--all"}, brokers...)...)
+	replay := eventforge(t, 1, append([]string{"dlq", "replay", "--all"}, brokers...)...)
+	out, logs := replay.Stdout, replay.Stderr
 	if want := fmt.Sprintf("replayed %d of %d events; 1 failed", largeDLQ-1, largeDLQ); !strings.Contains(out, want) {
 		t.Fatalf("dlq replay printed\n%s\nwant %q", out, want)
 	}
@@ -101,7 +102,7 @@ func TestDLQToolsStreamALargeDLQ(t *testing.T) {
 		t.Errorf("dlq_purged holds %d records, want %d", purged, largeDLQ+1-kept)
 	}
 	// Purge says what it deletes: nothing without a selection.
-	_, stderr := eventforge(t, 1, append(append([]string{"dlq", "purge"}, brokers...), "--database-url", env.DatabaseURL, "--yes")...)
+	stderr := eventforge(t, 1, append(append([]string{"dlq", "purge"}, brokers...), "--database-url", env.DatabaseURL, "--yes")...).Stderr
 	if !strings.Contains(stderr, "say what to purge") {
 		t.Errorf("purge without a selection: %s", stderr)
 	}

@@ -83,11 +83,11 @@ func windowRetriesExhausted(t *testing.T) {
 	}
 
 	// The operator's view.
-	out, _ := eventforge(t, 0, "dlq", "list", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic)
+	out := eventforge(t, 0, "dlq", "list", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic).Stdout
 	if !strings.Contains(out, "2 records held, 2 match") || !strings.Contains(out, "not_found=2") || !strings.Contains(out, ev.id) {
 		t.Errorf("dlq list:\n%s", out)
 	}
-	out, _ = eventforge(t, 0, "dlq", "show", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--event-id", ev.id)
+	out = eventforge(t, 0, "dlq", "show", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--event-id", ev.id).Stdout
 	if !strings.Contains(out, dlq.HeaderFirstFailedAt) || !strings.Contains(out, ghost.id) {
 		t.Errorf("dlq show:\n%s", out)
 	}
@@ -95,7 +95,7 @@ func windowRetriesExhausted(t *testing.T) {
 	// Fix the cause (the order appears), then replay by event ID: the two
 	// DLQ records are one event, replayed once, applied once.
 	seedOrder(t, pl, ghost)
-	out, _ = eventforge(t, 0, "dlq", "replay", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--event-id", ev.id)
+	out = eventforge(t, 0, "dlq", "replay", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--event-id", ev.id).Stdout
 	if !strings.Contains(out, "replayed 1 of 1") {
 		t.Errorf("dlq replay:\n%s", out)
 	}
@@ -125,15 +125,15 @@ func windowRetriesExhausted(t *testing.T) {
 		t.Fatalf("DLQ holds %d records after the replays, want 2", n)
 	}
 	m := mustMetrics(t, addr)
-	if v := m[fmt.Sprintf(`eventforge_dlq_events{topic=%q}`, topic)]; v != 2 {
+	if v := m.value("eventforge_dlq_events", "topic", topic); v != 2 {
 		t.Errorf("eventforge_dlq_events = %v, want 2", v)
 	}
-	if v := m[fmt.Sprintf(`eventforge_dlq_oldest_age_seconds{topic=%q}`, topic)]; v <= 0 {
+	if v := m.value("eventforge_dlq_oldest_age_seconds", "topic", topic); v <= 0 {
 		t.Errorf("eventforge_dlq_oldest_age_seconds = %v, want > 0", v)
 	}
 
 	// Purge needs --yes.
-	_, stderr := eventforge(t, 1, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--all")
+	stderr := eventforge(t, 1, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--all").Stderr
 	if !strings.Contains(stderr, "--yes") {
 		t.Errorf("purge without --yes: %s", stderr)
 	}
@@ -142,7 +142,7 @@ func windowRetriesExhausted(t *testing.T) {
 		t.Fatalf("DLQ holds %d records after purge", n)
 	}
 	testenv.Eventually(t, 10*time.Second, "dlq gauge after purge", func() error {
-		if v := mustMetrics(t, addr)[fmt.Sprintf(`eventforge_dlq_events{topic=%q}`, topic)]; v != 0 {
+		if v := mustMetrics(t, addr).value("eventforge_dlq_events", "topic", topic); v != 0 {
 			return fmt.Errorf("eventforge_dlq_events = %v", v)
 		}
 		return nil

@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -213,48 +210,6 @@ func waitGroupAtEnd(t testing.TB, pl *pipeline, group string, timeout time.Durat
 	}
 }
 
-// metricsOf scrapes a /metrics endpoint into "name{labels}" → value.
-func metricsOf(addr string) (map[string]float64, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
-}
-
-// events returns eventforge_consumer_events_total{consumer, result} of a
-// scrape.
-func events(m map[string]float64, consumer, result string) float64 {
-	return m[fmt.Sprintf(`eventforge_consumer_events_total{consumer=%q,result=%q}`, consumer, result)]
-}
-
-// mustMetrics scrapes addr, failing the test when it does not answer.
-func mustMetrics(t testing.TB, addr string) map[string]float64 {
-	t.Helper()
-	m, err := metricsOf(addr)
-	if err != nil {
-		t.Fatalf("scraping %s: %v", addr, err)
-	}
-	return m
-}
-
 // readDLQEntries reads the DLQ topic; a topic that does not exist yet
 // reads as empty.
 func readDLQEntries(t testing.TB, pl *pipeline, topic string) []dlq.Entry {
@@ -272,14 +227,6 @@ func readDLQEntries(t testing.TB, pl *pipeline, topic string) []dlq.Entry {
 		t.Fatalf("reading %s: %v", topic, err)
 	}
 	return es
-}
-
-// eventforge runs the binary to completion and returns its stdout and
-// stderr; the test fails unless it exits with wantExit.
-func eventforge(t testing.TB, wantExit int, args ...string) (stdout, stderr string) {
-	t.Helper()
-	res := testkit.RunExit(t, wantExit, binary, args...)
-	return res.Stdout, res.Stderr
 }
 
 // errorLines returns the ERROR-level lines of a process log.

@@ -94,11 +94,11 @@ func testConsumerDatabaseRefusesWrites(t *testing.T, refuse, heal func(t *testin
 	refuse(t, pl)
 	refused := time.Now()
 	unavailable := func(addr, consumer string) float64 {
-		m, err := metricsOf(addr)
+		m, err := scrapeMetrics(addr)
 		if err != nil {
 			return 0
 		}
-		return m[fmt.Sprintf(`eventforge_consumer_unavailable_partitions{consumer=%q}`, consumer)]
+		return m.value("eventforge_consumer_unavailable_partitions", "consumer", consumer)
 	}
 	testenv.Eventually(t, outage, "both consumers reporting partitions unavailable", func() error {
 		for _, c := range []struct{ addr, name string }{{faddr, "fulfillment"}, {laddr, "ledger"}} {
@@ -149,7 +149,7 @@ func testConsumerDatabaseRefusesWrites(t *testing.T, refuse, heal func(t *testin
 		if d := events(m, cn.name, "dead_lettered"); d != 0 {
 			c.errorf("%s dead-lettered %v events", cn.name, d)
 		}
-		if u := m[fmt.Sprintf(`eventforge_consumer_unavailable_partitions{consumer=%q}`, cn.name)]; u != 0 {
+		if u := m.value("eventforge_consumer_unavailable_partitions", "consumer", cn.name); u != 0 {
 			c.errorf("%s still reports %v partitions unavailable", cn.name, u)
 		}
 	}

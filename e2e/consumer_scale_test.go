@@ -85,7 +85,7 @@ func windowConcurrentDuplicate(t *testing.T) {
 		applied += events(m, "fulfillment", "applied") + events(m, "fulfillment", "retried")
 		dup += events(m, "fulfillment", "duplicate")
 		dead += events(m, "fulfillment", "dead_lettered")
-		conflicts += m[`eventforge_consumer_idempotency_conflicts_total{consumer="fulfillment"}`]
+		conflicts += m.value("eventforge_consumer_idempotency_conflicts_total", "consumer", "fulfillment")
 	}
 	if applied != 1 || dup != 5 || dead != 0 {
 		t.Errorf("over both instances: applied %v, duplicate %v, dead_lettered %v; want 1, 5, 0", applied, dup, dead)

@@ -51,14 +51,14 @@ func TestConsumerDatabaseBlackholed(t *testing.T) {
 
 	bh.Block()
 	blocked := time.Now()
-	retries := mustMetrics(t, addr)[`eventforge_consumer_retries_total{consumer="fulfillment"}`]
+	retries := mustMetrics(t, addr).value("eventforge_consumer_retries_total", "consumer", "fulfillment")
 	send(1)
 	testenv.Eventually(t, 60*time.Second, "every partition waiting on the unavailable database", func() error {
-		m, err := metricsOf(addr)
+		m, err := scrapeMetrics(addr)
 		if err != nil {
 			return err
 		}
-		if w := m[`eventforge_consumer_unavailable_partitions{consumer="fulfillment"}`]; w != 6 {
+		if w := m.value("eventforge_consumer_unavailable_partitions", "consumer", "fulfillment"); w != 6 {
 			return fmt.Errorf("%v partitions waiting, want 6", w)
 		}
 		return nil
@@ -66,11 +66,11 @@ func TestConsumerDatabaseBlackholed(t *testing.T) {
 	send(2) // events keep arriving during the outage
 	outage := 3 * maxAttempts * attemptTimeout
 	testenv.Eventually(t, 2*time.Minute, "an outage longer than max attempts × attempt timeout", func() error {
-		m, err := metricsOf(addr)
+		m, err := scrapeMetrics(addr)
 		if err != nil {
 			return err
 		}
-		r := m[`eventforge_consumer_retries_total{consumer="fulfillment"}`] - retries
+		r := m.value("eventforge_consumer_retries_total", "consumer", "fulfillment") - retries
 		if r < 6*(maxAttempts+1) || time.Since(blocked) < outage {
 			return fmt.Errorf("%v failed attempts after %s", r, time.Since(blocked).Round(time.Millisecond))
 		}
@@ -100,7 +100,7 @@ func TestConsumerDatabaseBlackholed(t *testing.T) {
 	if d := events(m, "fulfillment", "dead_lettered"); d != 0 {
 		c.errorf("%v events dead-lettered", d)
 	}
-	if w := m[`eventforge_consumer_unavailable_partitions{consumer="fulfillment"}`]; w != 0 {
+	if w := m.value("eventforge_consumer_unavailable_partitions", "consumer", "fulfillment"); w != 0 {
 		c.errorf("%v partitions still reported waiting after the database answered", w)
 	}
 	for _, l := range errorLines(t, cons) {

@@ -78,13 +78,13 @@ func TestConsumerRetryingPartitionsDoNotStallOthers(t *testing.T) {
 			t.Fatalf("partition %d committed %d while its first event could not be applied", p, committed[p])
 		}
 	}
-	retries := mustMetrics(t, addr)[`eventforge_consumer_retries_total{consumer="fulfillment"}`]
+	retries := mustMetrics(t, addr).value("eventforge_consumer_retries_total", "consumer", "fulfillment")
 	testenv.Eventually(t, 30*time.Second, "partitions 0-3 still retrying", func() error {
-		m, err := metricsOf(addr)
+		m, err := scrapeMetrics(addr)
 		if err != nil {
 			return err
 		}
-		if r := m[`eventforge_consumer_retries_total{consumer="fulfillment"}`]; r < retries+8 {
+		if r := m.value("eventforge_consumer_retries_total", "consumer", "fulfillment"); r < retries+8 {
 			return fmt.Errorf("retries_total %v, was %v", r, retries)
 		}
 		return nil

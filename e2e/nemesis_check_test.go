@@ -14,7 +14,6 @@ import (
 
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/testenv"
-	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // progressBound is how long after healing every committed event must be in
@@ -328,7 +327,7 @@ func (r *scheduleRun) check() {
 	if _, err := env.Pool.Exec(ctx, `UPDATE cdc_dead_letters SET headers = '{}' WHERE replayed_at IS NULL AND left(ltrim(headers), 1) <> '{'`); err != nil {
 		res.violate("repairing dead letters: %v", err)
 	}
-	if out := testkit.Run(r.t, binary, "outbox", "dead-letters", "replay", "--database-url", env.DatabaseURL,
+	if out := eventforge(r.t, anyExit, "outbox", "dead-letters", "replay", "--database-url", env.DatabaseURL,
 		"--kafka-brokers", env.Endpoints.KafkaBootstrap); out.Code != 0 {
 		res.violate("outbox dead-letters replay: exit %d: %s", out.Code, out.Stderr)
 	}

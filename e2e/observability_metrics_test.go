@@ -16,31 +16,11 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/eventforge/eventforge/internal/testenv"
 	"github.com/eventforge/eventforge/internal/testkit"
 )
-
-// scrapeMetrics reads one /metrics endpoint.
-func scrapeMetrics(url string) (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", url, err)
-	}
-	return fams, nil
-}
 
 // labelSets maps "family/label" to the set of values seen.
 func labelSets(fams map[string]*dto.MetricFamily) map[string]map[string]bool {
@@ -134,9 +114,9 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 	pl.startCDC(t, "cdc", nil, "--metrics-addr", cdcAddr, "--heartbeat-interval", "1s")
 	pl.startConsumer(t, "consumer", nil, "--metrics-addr", consumerAddr, "--dlq-stats-interval", "1s")
 	endpoints := map[string]string{
-		"api":      "http://" + pl.httpAddr + "/metrics",
-		"cdc":      "http://" + cdcAddr + "/metrics",
-		"consumer": "http://" + consumerAddr + "/metrics",
+		"api":      pl.httpAddr,
+		"cdc":      cdcAddr,
+		"consumer": consumerAddr,
 	}
 	for _, addr := range []string{cdcAddr, consumerAddr} {
 		for _, path := range []string{"/healthz", "/readyz"} {
@@ -190,8 +170,8 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 		var prev, cur map[string]map[string]*dto.MetricFamily
 		testenv.Eventually(t, 60*time.Second, what, func() error {
 			all := map[string]map[string]*dto.MetricFamily{}
-			for comp, url := range endpoints {
-				fams, err := scrapeMetrics(url)
+			for comp, addr := range endpoints {
+				fams, err := scrapeMetrics(addr)
 				if err != nil {
 					return fmt.Errorf("%s: %w", comp, err)
 				}
@@ -215,8 +195,8 @@ func TestMetricsCardinalityUnderLoad(t *testing.T) {
 	// is owned or the DLQ's size was read).
 	testenv.Eventually(t, 60*time.Second, "documented metrics exported", func() error {
 		var missing []string
-		for comp, url := range endpoints {
-			fams, err := scrapeMetrics(url)
+		for comp, addr := range endpoints {
+			fams, err := scrapeMetrics(addr)
 			if err != nil {
 				return err
 			}

@@ -34,6 +34,22 @@ func artifactsDir(t testing.TB) string {
 	return dir
 }
 
+// anyExit, as eventforge's wantExit, takes whatever exit code the command
+// ends with; the caller reads it from the result.
+const anyExit = -1
+
+// eventforge runs `eventforge <args...>` to completion (testkit.Run) and
+// returns its output and exit code; the test fails unless it exits with
+// wantExit. It is the one way the e2e tests run a command of the binary;
+// start runs a component.
+func eventforge(t testing.TB, wantExit int, args ...string) testkit.Result {
+	t.Helper()
+	if wantExit == anyExit {
+		return testkit.Run(t, binary, args...)
+	}
+	return testkit.RunExit(t, wantExit, binary, args...)
+}
+
 // start runs `eventforge <args...>` with extra environment entries. The
 // process is stopped (SIGTERM, then SIGKILL) at cleanup.
 func start(t testing.TB, name string, env []string, args ...string) *proc {

@@ -292,14 +292,14 @@ func TestVerifyRelayDeadLetter(t *testing.T) {
 		t.Fatalf("relay dead letter pending: exit %d, report %+v; want exit 1, drained, one relay dead letter named with the replay command, 2 deliveries, 1 change, contract kept",
 			code, rep)
 	}
-	table, _ := eventforge(t, 1, append([]string{"verify", "--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
-		"--topic", pl.env.Topic, "--slot", pl.env.Slot}, consumers...)...)
+	table := eventforge(t, 1, append([]string{"verify", "--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
+		"--topic", pl.env.Topic, "--slot", pl.env.Slot}, consumers...)...).Stdout
 	if !strings.Contains(table, "FAILED: dead-lettered by the relay 1 (replay with `"+verify.ReplayDeadLettersCommand+"`") {
 		t.Fatalf("table output does not fail on the relay dead letter with the replay command:\n%s", table)
 	}
 
-	out, _ := eventforge(t, 0, "outbox", "dead-letters", "replay", "--database-url", pl.env.DatabaseURL,
-		"--kafka-brokers", pl.env.Endpoints.KafkaBootstrap)
+	out := eventforge(t, 0, "outbox", "dead-letters", "replay", "--database-url", pl.env.DatabaseURL,
+		"--kafka-brokers", pl.env.Endpoints.KafkaBootstrap).Stdout
 	if !strings.Contains(out, "replayed 1 of 1") {
 		t.Fatalf("replay: %q, want one dead letter replayed", out)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/eventforge/eventforge/internal/testenv"
-	"github.com/eventforge/eventforge/internal/testkit"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -42,7 +41,7 @@ func runVerifyArgs(t *testing.T, pl *pipeline, flags ...string) (verify.Report, 
 	args := append([]string{"verify", "--json",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--topic", pl.env.Topic, "--slot", pl.env.Slot}, flags...)
-	res := testkit.Run(t, binary, args...)
+	res := eventforge(t, anyExit, args...)
 	code := res.Code
 	var rep verify.Report
 	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {

@@ -27,8 +27,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/eventforge/eventforge/cdc"
-	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
 )
 
@@ -66,19 +65,11 @@ type Config struct {
 	Timeout time.Duration `name:"timeout" help:"Longest the audit may take after --wait." default:"5m"`
 }
 
-// DefaultConfig returns the configuration the flags default to. Its
-// Consumers is empty: every consumer with its default group
-// (DefaultConsumers), filled in when the audit runs.
+// DefaultConfig returns the configuration the flags default to (their
+// tags, read by config.Defaults). Its Consumers is empty: every consumer
+// with its default group (DefaultConsumers), filled in when the audit runs.
 func DefaultConfig() Config {
-	return Config{
-		DatabaseURL:     contract.DatabaseURL,
-		KafkaBrokers:    contract.KafkaBrokers,
-		Topic:           contract.Topic,
-		Slot:            contract.Slot,
-		DeadLetterTable: cdc.DefaultConfig().DeadLetterTable,
-		Grace:           time.Minute,
-		Timeout:         5 * time.Minute,
-	}
+	return config.Defaults[Config]()
 }
 
 // LogValue is the configuration as the startup line shows it: every flag,

@@ -25,11 +25,10 @@ import (
 // PostgreSQL, is mostly per transaction (round trip, wakeups, commit), and
 // PostgreSQL flushes the WAL of concurrent commits one flush at a time
 // anyway. With one writer, the creates of a burst share one commit instead
-// of each paying for its own: on a 2-core machine at 2,000 orders/s this
-// halved PostgreSQL's CPU per order and cut the api's by a sixth
-// (docs/api.md). One writer's ceiling is what one PostgreSQL backend
-// executes (about 5,000–6,000 orders/s there, sharing 2 cores with
-// everything else); more writers raise it, for fewer orders per commit.
+// of each paying for its own, which lowers PostgreSQL's and the api's CPU
+// per order (docs/bench.md, *Group commit of creates*). One writer's
+// ceiling is what one PostgreSQL backend executes; more writers raise it,
+// for fewer orders per commit.
 //
 // Failure windows:
 //   - PostgreSQL refuses a statement of a group (its unlocalized severity is

@@ -42,7 +42,7 @@ func batch(stmts []statement) *pgx.Batch {
 // PostgreSQL has executed and not committed. Without it the statements and
 // the Sync go out in one write after beforeCommit returned: one write
 // syscall per order instead of two, and one wakeup of the backend instead of
-// two (the second write was a sixth of the api's CPU per order under load).
+// two (docs/bench.md, *One write per create*).
 func execPipeline(ctx context.Context, pool *pgxpool.Pool, stmts []statement, sendFirst bool, beforeCommit func(context.Context) error) (attempt, error) {
 	var a attempt
 	c, err := pool.Acquire(ctx)

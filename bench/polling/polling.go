@@ -41,7 +41,7 @@ import (
 
 	"github.com/eventforge/eventforge/cdc/decode"
 	"github.com/eventforge/eventforge/cdc/sink/kafkasink"
-	"github.com/eventforge/eventforge/contract"
+	"github.com/eventforge/eventforge/internal/config"
 )
 
 // Command is the first argument of eventforge-bench that runs the relay
@@ -59,7 +59,7 @@ type Config struct {
 	// have been prepared with Prepare for the same number of workers.
 	DatabaseURL string `name:"database-url" help:"PostgreSQL URL of the database whose outbox is relayed." required:""`
 	// Brokers is the Kafka bootstrap address.
-	Brokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"127.0.0.1:19092"`
+	Brokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	// Topic receives every event.
 	Topic string `name:"topic" help:"Kafka topic of the events." required:""`
 	// Workers is the number of workers and of buckets.
@@ -71,9 +71,11 @@ type Config struct {
 	PollInterval time.Duration `name:"poll-interval" help:"Pause after a claim that was not full." default:"100ms"`
 }
 
-// DefaultConfig returns the settings docs/bench.md explains.
+// DefaultConfig returns the settings docs/bench.md explains: the defaults
+// of the flags (their tags, read by config.Defaults). DatabaseURL and Topic
+// have none.
 func DefaultConfig() Config {
-	return Config{Brokers: contract.KafkaBrokers, Workers: 4, BatchSize: 500, PollInterval: 100 * time.Millisecond}
+	return config.Defaults[Config]()
 }
 
 // Validate reports a setting the relay cannot run with.

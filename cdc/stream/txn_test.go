@@ -90,8 +90,12 @@ func TestSessionTransactions(t *testing.T) {
 			}
 		}
 	}
-	begin := func(xid uint32) *pglogrepl.BeginMessage { return &pglogrepl.BeginMessage{Xid: xid, CommitTime: time.Now()} }
-	commit := func(end pglogrepl.LSN) *pglogrepl.CommitMessage { return &pglogrepl.CommitMessage{TransactionEndLSN: end} }
+	begin := func(xid uint32) *pglogrepl.BeginMessage {
+		return &pglogrepl.BeginMessage{Xid: xid, CommitTime: time.Now()}
+	}
+	commit := func(end pglogrepl.LSN) *pglogrepl.CommitMessage {
+		return &pglogrepl.CommitMessage{TransactionEndLSN: end}
+	}
 
 	run(begin(1), insert("a1"), insert("a2"), commit(200))
 	if len(pub.commits) != 0 || s.tracker.Confirmable() != 100 {

@@ -21,6 +21,7 @@ import (
 	"github.com/eventforge/eventforge/bench"
 	"github.com/eventforge/eventforge/bench/polling"
 	"github.com/eventforge/eventforge/internal/cli"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
 )
 
@@ -83,7 +84,7 @@ func parseRelay(args []string) (relayCLI, error) {
 	var c relayCLI
 	parser, err := kong.New(&c, kong.Name("eventforge-bench "+polling.Command),
 		kong.Description("Run the polling outbox relay the benchmark's peers phase measures."),
-		kong.DefaultEnvars("EVENTFORGE"), kong.UsageOnError())
+		kong.DefaultEnvars("EVENTFORGE"), kong.UsageOnError(), config.Vars())
 	if err != nil {
 		return c, err
 	}

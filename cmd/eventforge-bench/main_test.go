@@ -9,7 +9,8 @@ import (
 )
 
 // The polling relay's flags default to polling.DefaultConfig, the settings
-// docs/bench.md explains.
+// docs/bench.md explains: the relay's parser has the variables
+// config.Defaults reads the tags with.
 func TestRelayFlagDefaultsAreDefaultConfig(t *testing.T) {
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "EVENTFORGE_") {

@@ -26,7 +26,7 @@ func (c *apiCmd) Run(env *runEnv) error {
 		if c.Console.OpsToken != "" || c.Console.EnableDrills {
 			env.logger.Warn("the console is off: --ops-token and --enable-drills take effect with --console")
 		}
-		return api.RunNotify(env.ctx, c.Config, env.logger, nil)
+		return api.Run(env.ctx, c.Config, env.logger)
 	}
 	return runAPIWithConsole(env, c.Config, c.Console, nil, nil)
 }

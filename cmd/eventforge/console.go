@@ -28,6 +28,6 @@ func runAPIWithConsole(env *runEnv, apiCfg api.Config, consCfg console.Config, p
 	}
 	g, ctx := errgroup.WithContext(env.ctx)
 	g.Go(func() error { return cons.Run(ctx) })
-	g.Go(func() error { return api.RunNotify(ctx, apiCfg, env.logger, ready) })
+	g.Go(func() error { return api.Run(ctx, apiCfg, env.logger, api.NotifyReady(ready)) })
 	return g.Wait()
 }

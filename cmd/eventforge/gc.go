@@ -7,15 +7,13 @@ import (
 )
 
 // apiGCPercent is the api's garbage collection target when GOGC is not set.
-// The api keeps a live heap of a few MiB and allocates tens of KiB per
-// order (decoded requests, encoded statements, the JSON payload), all of it
-// short-lived. Go's default (GOGC=100, a 4 MiB minimum heap goal) then
-// collects every few MiB: dozens of cycles a second at a few thousand
-// orders/s, each scanning every goroutine's stack. At 400 the collector
-// runs a quarter as often, for a larger heap (the api's peak RSS in
-// make bench's closed loops rose from about 50 to about 70 MiB); with the
-// gRPC stream workers, the api's CPU per order in the gRPC closed loop fell
-// by a fifth or more (docs/bench.md).
+// The api keeps a small live heap and allocates on every order (decoded
+// requests, encoded statements, the JSON payload), all of it short-lived.
+// Go's default (GOGC=100, a 4 MiB minimum heap goal) then collects many
+// times a second under load, each cycle scanning every goroutine's stack.
+// At 400 the collector runs about a quarter as often, for a larger heap;
+// docs/bench.md (*Stream workers and the collector's target*) has what
+// that saved and what it cost.
 const apiGCPercent = 400
 
 // setGCPercent sets the collector's target to percent unless the operator

@@ -17,8 +17,8 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/eventforge/eventforge/consumer/registry"
-	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/cli"
+	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 	"github.com/eventforge/eventforge/internal/logging"
@@ -56,38 +56,17 @@ type commandLine struct {
 }
 
 // parserOptions are the options of the command line parser. Flag defaults
-// that are part of the event contract are named in package contract and
-// reach the struct tags as ${variables}.
+// that are part of the event contract, and the registered consumers, reach
+// the struct tags as ${variables} (config.Vars), the same ones each
+// component's DefaultConfig reads its tags with.
 func parserOptions() []kong.Option {
 	return []kong.Option{
 		kong.Name("eventforge"),
 		kong.Description("EventForge: orders with a transactional outbox, CDC to Kafka and idempotent consumers."),
 		kong.DefaultEnvars("EVENTFORGE"),
 		kong.UsageOnError(),
-		kong.Vars{
-			"database_url":    contract.DatabaseURL,
-			"kafka_brokers":   contract.KafkaBrokers,
-			"topic":           contract.Topic,
-			"slot":            contract.Slot,
-			"publication":     contract.Publication,
-			"aggregate_order": contract.AggregateOrder,
-			// the choices of `eventforge consumer --name`
-			"consumer_names":          strings.Join(registry.Names(), ","),
-			"consumer_names_in_words": registry.NamesInWords(),
-			"consumer_default":        registry.DefaultName,
-			"console_consumers":       consoleConsumers(),
-		},
+		config.Vars(registry.FlagVars()),
 	}
-}
-
-// consoleConsumers is the default of --console-consumer: every registered
-// consumer with its default group, as name=group pairs.
-func consoleConsumers() string {
-	pairs := make([]string, 0, len(registry.Names()))
-	for _, name := range registry.Names() {
-		pairs = append(pairs, name+"="+registry.DefaultGroup(name))
-	}
-	return strings.Join(pairs, ";")
 }
 
 // runEnv is what every command's Run receives.

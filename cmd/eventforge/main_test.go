@@ -32,8 +32,11 @@ func parse(t *testing.T, args ...string) commandLine {
 }
 
 // Every flag of a component defaults to what the component's DefaultConfig
-// says, so that DefaultConfig is the one statement of the defaults: a
-// program that starts from it runs what the binary runs without flags.
+// says: a program that starts from it runs what the binary runs without
+// flags. The flag tags are the one statement of the defaults; DefaultConfig
+// reads them (config.Defaults), and this test holds the binary's parser
+// (its variables, environment fallbacks and command structs) to the same
+// result, and cdc's DefaultConfig, written out field by field, to its tags.
 func TestFlagDefaultsAreDefaultConfig(t *testing.T) {
 	clearEnv(t)
 	c := parse(t, "api")

@@ -27,8 +27,8 @@ func producerConfig(bootstrap string) kafka.ConfigMap {
 	cfg["acks"] = "all"
 	// Replays go out through Produce with at most replayWindow waiting for
 	// their acknowledgement, and Events() carries only errors: the Go
-	// client's default channels of 1,000,000 slots each (~39 MiB of heap)
-	// are never used.
+	// client's default channels of 1,000,000 slots each, allocated on the
+	// Go heap, are never used.
 	cfg["go.produce.channel.size"] = 16
 	cfg["go.events.channel.size"] = 64
 	return cfg

@@ -38,11 +38,11 @@ func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent
 	cfg["acks"] = "all"
 	cfg["linger.ms"] = 0
 	// Dead letters go out one at a time through Produce; the Go produce
-	// channel (1,000,000 slots by default, ~23 MiB) is never used.
+	// channel (1,000,000 slots by default) is never used.
 	cfg["go.produce.channel.size"] = 16
 	// Events() carries only errors and is drained at once (drain); its
-	// default of 1,000,000 slots is 16 MiB of Go heap that the garbage
-	// collector's heap goal doubles.
+	// default of 1,000,000 slots is Go heap that the garbage collector's
+	// heap goal doubles.
 	cfg["go.events.channel.size"] = 64
 	// A dead-letter copy is its source record plus the dlq.* headers; the
 	// DLQ topic's own max.message.bytes (dlq.MessageHeadroom above its

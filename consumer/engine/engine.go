@@ -131,8 +131,8 @@ type Options struct {
 }
 
 // DefaultOptions are the options a consumer runs with unless configured
-// otherwise; package consumer's DefaultConfig, and so the flags of
-// `eventforge consumer`, start from them.
+// otherwise; the flags of `eventforge consumer` (package consumer's Config)
+// default to the same values, which its tests check.
 func DefaultOptions() Options {
 	return Options{
 		Workers:          4,

@@ -16,9 +16,8 @@ const (
 	prefetchKBytes = 4 << 10
 	// fetchMaxBytes bounds one fetch response (fetch.max.bytes). A
 	// response's buffer stays allocated while any record from it is
-	// queued, so smaller responses free memory sooner: 1 MiB instead of
-	// 4 MiB (and 256 KiB instead of 1 MiB per partition) took ~25 MiB off
-	// the consumer's C memory while applying a backlog, at the same rate.
+	// queued, so smaller responses free memory sooner (docs/bench.md,
+	// *Where the consumer's memory is*).
 	fetchMaxBytes = 1 << 20
 	// partitionFetchBytes bounds one partition's share of a fetch response
 	// (max.partition.fetch.bytes, alias fetch.message.max.bytes); a larger

@@ -86,8 +86,9 @@ func (Handler) Probe(ctx context.Context, tx pgx.Tx) error {
 // the plain `status = 'created'` it used orders_status_created_at_id_idx
 // instead (its statistics say few orders are created) and walked that
 // index's entries of every created order, live or updated since the last
-// vacuum, for each event: 2–3 ms and most of PostgreSQL's CPU per applied
-// event at 1,000 orders/s (status is NOT NULL, so both tests agree).
+// vacuum, for each event, at a cost that grew with the entries no vacuum
+// had removed yet (docs/bench.md, *The 1,000 orders/s window, found*).
+// status is NOT NULL, so both tests agree.
 //
 // cancelSQL marks the order cancelled (the order API may have done so
 // already, in the transaction that recorded the event) and cancels its

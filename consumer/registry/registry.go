@@ -87,3 +87,21 @@ func NamesInWords() string {
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
+
+// FlagVars are the ${variables} flag tags use to name the registered
+// consumers, for internal/config's Vars and Defaults: consumer_names (the choices of --name, comma-separated),
+// consumer_names_in_words (the same for a help text), consumer_default
+// (DefaultName) and consumer_groups (every consumer with its default group,
+// as name=group pairs separated by ";").
+func FlagVars() map[string]string {
+	groups := make([]string, len(consumers))
+	for i, c := range consumers {
+		groups[i] = c.Name + "=" + DefaultGroup(c.Name)
+	}
+	return map[string]string{
+		"consumer_names":          strings.Join(Names(), ","),
+		"consumer_names_in_words": NamesInWords(),
+		"consumer_default":        DefaultName,
+		"consumer_groups":         strings.Join(groups, ";"),
+	}
+}

@@ -19,8 +19,8 @@ import (
 // A test process that dies before its cleanup runs (a -timeout panic, a
 // SIGKILL) leaves its database, slot and topic on the shared stack. The slot
 // is the costly part: an inactive logical slot retains WAL without limit,
-// and a long-lived stack (`make run` beside many `make test` runs) was once
-// seen holding 9 GB of WAL for one. So every name a test makes carries the
+// which on a long-lived stack (`make run` beside many `make test` runs)
+// fills the disk. So every name a test makes carries the
 // PID of its process, and the first Stack call of each test process drops
 // what belongs to processes that no longer exist.
 

@@ -21,7 +21,7 @@ import (
 // when the link comes back.
 const partitionHold = 60 * time.Second
 
-// TestCDCPartitionedLeader cuts the publishing reader off the network
+// TestRelayPartitionedLeader cuts the publishing reader off the network
 // (its own network namespace, its link taken down) under load: the server
 // drops its connections, the standby takes over, and the link comes back
 // while the old leader's producer still holds records. Without
@@ -29,7 +29,7 @@ const partitionHold = 60 * time.Second
 // events of their orders, counted; with it the new leader's producer
 // fenced the old one and a read_committed reader sees nothing it sent
 // after the takeover.
-func TestCDCPartitionedLeader(t *testing.T) {
+func TestRelayPartitionedLeader(t *testing.T) {
 	for _, mode := range []struct {
 		name  string
 		flags []string

@@ -3,7 +3,6 @@ package gap
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -127,9 +126,4 @@ func slotCreationBlockers(ctx context.Context, ctl *control.Conn, since time.Tim
 			FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND xact_start < $1) s`, since).Scan(&b)
 	})
 	return b, err
-}
-
-// quoteLiteral quotes s as an SQL string literal.
-func quoteLiteral(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -438,4 +439,9 @@ func eachGapRow(ctx context.Context, tx pgx.Tx, query string, from *int64, ids [
 		return fmt.Errorf("reading the outbox: %w", err)
 	}
 	return nil
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/eventforge/eventforge/cdc/backoff"
-	"github.com/eventforge/eventforge/cdc/decode"
 	"github.com/eventforge/eventforge/cdc/standby"
 )
 
@@ -28,33 +27,6 @@ import (
 // transaction is never an order (a bulk outbox insert or replay); the
 // window left is the primary dying while the standby has part of that
 // commit record.
-
-// heldInsert is a decoded outbox insert held back until the standbys
-// flushed its transaction's commit.
-type heldInsert struct {
-	ev        decode.Event
-	walStart  pglogrepl.LSN
-	decodeErr error
-}
-
-// holder is the open transaction's held events and what the session knows
-// of the standbys.
-type holder struct {
-	on       bool // the open transaction's events are held
-	held     []heldInsert
-	bytes    int64
-	commitAt pglogrepl.LSN // start of the open transaction's commit record
-	// standbyAt is the standby slots' flush position last read.
-	standbyAt pglogrepl.LSN
-	noStandby bool // the standby slots were found missing (logged once)
-}
-
-// begin starts holding back the events of a transaction whose commit record
-// starts at commit, when the session waits for standbys.
-func (h *holder) begin(wait bool, commit pglogrepl.LSN) {
-	h.on = wait
-	h.held, h.bytes, h.commitAt = h.held[:0], 0, commit
-}
 
 // holdInsert keeps one insert back; at the in-flight bounds it stops
 // holding and produces what it held once the standbys flushed the start of

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/eventforge/eventforge/cdc/checkpoint"
@@ -35,7 +34,6 @@ import (
 	"github.com/eventforge/eventforge/cdc/outbox"
 	"github.com/eventforge/eventforge/cdc/progress"
 	"github.com/eventforge/eventforge/cdc/sink"
-	"github.com/eventforge/eventforge/cdc/slot"
 	"github.com/eventforge/eventforge/cdc/standby"
 	"github.com/eventforge/eventforge/internal/failpoint"
 )
@@ -133,80 +131,6 @@ func newSession(cfg Config, d Deps, start pglogrepl.LSN) *session {
 	}
 }
 
-// Run streams the slot, as st found it, of generation (the slot's
-// incarnation, gap.Checkpoint.Generation), until ctx ends (it returns nil)
-// or the session fails.
-func Run(ctx context.Context, cfg Config, d Deps, st slot.State, generation string) error {
-	if st.ActivePID != nil {
-		return fmt.Errorf("%w (pid %d)", slot.ErrBusy, *st.ActivePID)
-	}
-	d.Progress.SetSent(st.Confirmed)
-	rconn, err := control.OpenReplication(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		rconn.Close(context.WithoutCancel(ctx))
-		d.Metrics.Active.Set(0)
-	}()
-	if st.Failover != nil && !*st.Failover {
-		// A slot created before PostgreSQL 17, or by hand: make it a
-		// failover slot so a standby that synchronises slots keeps it.
-		if err := slot.MakeFailover(ctx, rconn, cfg.Slot); err != nil {
-			d.Logger.Warn("could not make the slot a failover slot; a promoted standby will not have it (the reader then recovers the gap)", "err", err)
-		}
-	}
-	start, txn, err := resume(ctx, d, st, generation)
-	if err != nil {
-		return err
-	}
-	s := newSession(cfg, d, start)
-	s.conn = rconn
-	if s.pub, err = d.Driver.Open("eventforge-cdc", s.onDelivery); err != nil {
-		return err
-	}
-	if txn != nil {
-		txn.bounds = cfg.Txn
-		if txn.pub, _ = s.pub.(sink.Transactional); txn.pub == nil {
-			s.pub.Close(0)
-			return control.Permanentf("the sink's driver is transactional, its sink is not")
-		}
-		s.txn = txn
-	}
-	d.Progress.Attach(s.tracker)
-	defer d.Progress.Detach()
-	return s.run(ctx, start)
-}
-
-// resume is where a session starts: the slot's confirmed position, or, on
-// a transactional sink, the later of it and the sink's committed position
-// (startPosition), with what to skip of a transaction stored in part.
-func resume(ctx context.Context, d Deps, st slot.State, generation string) (pglogrepl.LSN, *txnState, error) {
-	td, ok := d.Driver.(sink.TransactionalDriver)
-	if !ok {
-		return st.Confirmed, nil, nil
-	}
-	pos, found, err := td.Position(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	var serverWAL pglogrepl.LSN
-	err = d.Control.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(control.LSN{Dst: &serverWAL})
-	})
-	if err != nil {
-		return 0, nil, fmt.Errorf("reading the server's WAL position: %w", err)
-	}
-	start, xid, n, why := startPosition(st.Confirmed, serverWAL, generation, pos, found)
-	if why != "" {
-		d.Logger.Info("resuming from the slot's confirmed position", "lsn", start.String(), "why", why)
-	} else if start != st.Confirmed || n > 0 {
-		d.Logger.Info("resuming from the position committed to the sink", "lsn", start.String(), "slot_lsn", st.Confirmed.String(),
-			"partial_xid", xid, "partial_events", n)
-	}
-	return start, &txnState{generation: generation, lastEnd: start, skipXID: xid, skipN: n}, nil
-}
-
 // onDelivery runs on the sink's delivery-report goroutine.
 func (s *session) onDelivery(opaque any, err error) {
 	d := opaque.(*delivery)
@@ -250,4 +174,81 @@ func (s *session) madeRoom() {
 	case s.space <- struct{}{}:
 	default:
 	}
+}
+
+// TxnBounds bound the sink transactions of a session.
+type TxnBounds struct {
+	Events   int
+	Bytes    int64
+	Interval time.Duration
+}
+
+// txnState is the session's open sink transaction.
+type txnState struct {
+	pub        sink.Transactional
+	bounds     TxnBounds
+	generation string
+	open       bool
+	began      time.Time
+	events     int
+	bytes      int64
+	// lastEnd is the end LSN of the newest PostgreSQL transaction received
+	// whole, stored or in the open sink transaction.
+	lastEnd pglogrepl.LSN
+	// curXID is the open PostgreSQL transaction's ID.
+	curXID uint32
+	// skip: the first n events of transaction xid are stored already.
+	skipXID uint32
+	skipN   int
+}
+
+// added records an event of size bytes handed to the open sink transaction.
+func (t *txnState) added(size int) {
+	if !t.open {
+		t.open, t.began, t.events, t.bytes = true, time.Now(), 0, 0
+	}
+	t.events++
+	t.bytes += int64(size)
+}
+
+// due reports whether the open sink transaction reached a bound at now.
+func (t *txnState) due(now time.Time) bool {
+	return t.open && (t.events >= t.bounds.Events || t.bytes >= t.bounds.Bytes || now.Sub(t.began) >= t.bounds.Interval)
+}
+
+// skipping reports whether the event of the open PostgreSQL transaction
+// about to be handled is stored already; it counts it off.
+func (t *txnState) skipping() bool {
+	if t.skipN == 0 || t.curXID != t.skipXID {
+		return false
+	}
+	t.skipN--
+	return true
+}
+
+// heldInsert is a decoded outbox insert held back until the standbys
+// flushed its transaction's commit.
+type heldInsert struct {
+	ev        decode.Event
+	walStart  pglogrepl.LSN
+	decodeErr error
+}
+
+// holder is the open transaction's held events and what the session knows
+// of the standbys.
+type holder struct {
+	on       bool // the open transaction's events are held
+	held     []heldInsert
+	bytes    int64
+	commitAt pglogrepl.LSN // start of the open transaction's commit record
+	// standbyAt is the standby slots' flush position last read.
+	standbyAt pglogrepl.LSN
+	noStandby bool // the standby slots were found missing (logged once)
+}
+
+// begin starts holding back the events of a transaction whose commit record
+// starts at commit, when the session waits for standbys.
+func (h *holder) begin(wait bool, commit pglogrepl.LSN) {
+	h.on = wait
+	h.held, h.bytes, h.commitAt = h.held[:0], 0, commit
 }

@@ -32,56 +32,6 @@ import (
 // incarnation; Run), so a relay that crashed between a sink commit and the
 // slot's confirmation republishes nothing.
 
-// TxnBounds bound the sink transactions of a session.
-type TxnBounds struct {
-	Events   int
-	Bytes    int64
-	Interval time.Duration
-}
-
-// txnState is the session's open sink transaction.
-type txnState struct {
-	pub        sink.Transactional
-	bounds     TxnBounds
-	generation string
-	open       bool
-	began      time.Time
-	events     int
-	bytes      int64
-	// lastEnd is the end LSN of the newest PostgreSQL transaction received
-	// whole, stored or in the open sink transaction.
-	lastEnd pglogrepl.LSN
-	// curXID is the open PostgreSQL transaction's ID.
-	curXID uint32
-	// skip: the first n events of transaction xid are stored already.
-	skipXID uint32
-	skipN   int
-}
-
-// added records an event of size bytes handed to the open sink transaction.
-func (t *txnState) added(size int) {
-	if !t.open {
-		t.open, t.began, t.events, t.bytes = true, time.Now(), 0, 0
-	}
-	t.events++
-	t.bytes += int64(size)
-}
-
-// due reports whether the open sink transaction reached a bound at now.
-func (t *txnState) due(now time.Time) bool {
-	return t.open && (t.events >= t.bounds.Events || t.bytes >= t.bounds.Bytes || now.Sub(t.began) >= t.bounds.Interval)
-}
-
-// skipping reports whether the event of the open PostgreSQL transaction
-// about to be handled is stored already; it counts it off.
-func (t *txnState) skipping() bool {
-	if t.skipN == 0 || t.curXID != t.skipXID {
-		return false
-	}
-	t.skipN--
-	return true
-}
-
 // commit commits the open sink transaction. Within a PostgreSQL
 // transaction (curTx open) the position names it and how many of its
 // events are stored.

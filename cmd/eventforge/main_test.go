@@ -48,14 +48,24 @@ func TestFlagDefaultsAreDefaultConfig(t *testing.T) {
 		{"verify", parse(t, "verify").Verify.Config, verify.DefaultConfig()},
 	} {
 		t.Run(tt.component, func(t *testing.T) {
-			got, want := reflect.ValueOf(tt.got), reflect.ValueOf(tt.want)
-			for i := range got.NumField() {
-				name := got.Type().Field(i).Name
-				if g, w := got.Field(i).Interface(), want.Field(i).Interface(); !reflect.DeepEqual(g, w) {
-					t.Errorf("%s: the flag defaults to %#v, DefaultConfig() to %#v", name, g, w)
-				}
-			}
+			compareFields(t, reflect.ValueOf(tt.got), reflect.ValueOf(tt.want))
 		})
+	}
+}
+
+// compareFields reports each field of got that differs from want, looking
+// into embedded structs (flags of their own, e.g. engine.Settings).
+func compareFields(t *testing.T, got, want reflect.Value) {
+	t.Helper()
+	for i := range got.NumField() {
+		f := got.Type().Field(i)
+		if _, embed := f.Tag.Lookup("embed"); (embed || f.Anonymous) && f.Type.Kind() == reflect.Struct {
+			compareFields(t, got.Field(i), want.Field(i))
+			continue
+		}
+		if g, w := got.Field(i).Interface(), want.Field(i).Interface(); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: the flag defaults to %#v, DefaultConfig() to %#v", f.Name, g, w)
+		}
 	}
 }
 

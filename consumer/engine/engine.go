@@ -40,6 +40,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/internal/kafkaconf"
 )
 
@@ -103,7 +104,7 @@ type Runtime struct {
 	logger  *slog.Logger
 
 	slots chan struct{} // bounds concurrently applying partitions
-	dlq   *deadLetterer
+	dlq   *dlq.Producer
 	kc    *kafka.Consumer // set by Run before subscribing
 
 	workerErr atomic.Pointer[error] // a worker's panic outside an attempt: ends Run
@@ -137,7 +138,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.Close()
 	r.dlq = d
 
 	cfg := kafkaconf.Base(r.opts.Bootstrap, "eventforge-"+r.opts.Name, logs)
@@ -180,7 +181,7 @@ func (r *Runtime) loop(ctx context.Context, c *kafka.Consumer) error {
 	lagTick := time.NewTicker(time.Second)
 	defer lagTick.Stop()
 	for ctx.Err() == nil {
-		if err := r.dlq.fatal(); err != nil {
+		if err := r.dlq.Fatal(); err != nil {
 			// The idempotent producer cannot go on; a new process (the
 			// supervisor restarts it) gets a new one and redelivers what
 			// was not dead-lettered.

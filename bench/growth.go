@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 	"github.com/eventforge/eventforge/schema"
 )
@@ -175,7 +177,10 @@ func (r *runner) growthApplyGrid(ctx context.Context, topic string, from map[int
 // growthApplyRun resets the business state, then times one consumer group
 // with workers workers over the whole of topic.
 func (r *runner) growthApplyRun(ctx context.Context, topic string, parts, workers int) (growthApply, error) {
-	if _, err := r.env.pool.Exec(ctx, `TRUNCATE processed_events, shipments, ledger; UPDATE orders SET status = 'created' WHERE status = 'processed'`); err != nil {
+	// Every consumer's marks and business tables (consumer/registry).
+	reset := "TRUNCATE " + strings.Join(append([]string{"processed_events"}, registry.Tables()...), ", ") +
+		"; UPDATE orders SET status = 'created' WHERE status = 'processed'"
+	if _, err := r.env.pool.Exec(ctx, reset); err != nil {
 		return growthApply{}, fmt.Errorf("resetting business state: %w", err)
 	}
 	if err := r.settle(ctx); err != nil {

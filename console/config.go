@@ -14,7 +14,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/eventforge/eventforge/consumer/fulfillment"
 	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/internal/config"
 	"github.com/eventforge/eventforge/internal/logging"
@@ -44,7 +43,7 @@ type Config struct {
 	Slot string `name:"console-slot" help:"Replication slot shown by the console." default:"${slot}"`
 	// Consumers maps consumer names to their Kafka groups; by default every
 	// registered consumer (consumer/registry) with its default group. The
-	// drills need DrilledConsumer among them.
+	// drills need the one marked Drilled among them.
 	Consumers map[string]string `name:"console-consumer" help:"consumer=group pairs shown by the console (repeatable)." default:"${consumer_groups}"`
 	// MetricsSources maps a component name to a Prometheus text endpoint the
 	// console scrapes for the figures only that component knows (replication
@@ -57,9 +56,11 @@ type Config struct {
 	History int `name:"console-history" help:"How many samples the console keeps for its charts." default:"900"`
 }
 
-// DrilledConsumer is the registered consumer (package consumer/registry)
-// whose effects the drills count: shipments of the fulfillment consumer.
-const DrilledConsumer = fulfillment.Name
+// drilledConsumer is the consumer whose registry entry (package
+// consumer/registry) is marked Drilled: the drills restart it and count its
+// effects on their order (its OrderEffects; the fulfillment consumer's
+// shipments).
+var drilledConsumer = registry.Drilled()
 
 // DefaultConfig returns the configuration the flags default to (their
 // tags, read by config.Defaults). Its DatabaseURL is empty: the console uses

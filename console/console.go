@@ -67,7 +67,7 @@ type Console struct {
 	procs  Processes
 
 	producerMu sync.Mutex
-	producer   *kafka.Producer // DLQ replays (consumer/dlq.NewProducer)
+	producer   *dlq.Producer // DLQ replays (dlq.Replayer)
 
 	samples *history
 	commits *commitIndex
@@ -264,11 +264,11 @@ func (c *Console) handleOverview(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-func (c *Console) replayProducer() (*kafka.Producer, error) {
+func (c *Console) replayProducer() (*dlq.Producer, error) {
 	c.producerMu.Lock()
 	defer c.producerMu.Unlock()
 	if c.producer == nil {
-		p, err := dlq.NewProducer(c.cfg.KafkaBrokers)
+		p, err := dlq.NewProducer(dlq.ReplayConfig(c.cfg.KafkaBrokers), nil)
 		if err != nil {
 			return nil, err
 		}

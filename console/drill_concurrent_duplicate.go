@@ -14,7 +14,7 @@ import (
 // key and then finds it: one mark, one change.
 func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 	c := d.c
-	group := c.cfg.Consumers[DrilledConsumer]
+	group := c.cfg.Consumers[drilledConsumer]
 	racer := group + "-drill-" + d.ID
 	var stopRacer func()
 	defer func() {
@@ -28,14 +28,14 @@ func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 		}
 	}()
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		if _, err := c.armAndWait(ctx, componentFulfillment, fpHoldCommit, f); err != nil {
+		if _, err := c.armAndWait(ctx, componentDrilled, fpHoldCommit, f); err != nil {
 			return err
 		}
 		if err := c.positionAtEnd(ctx, racer); err != nil {
 			return err
 		}
 		var err error
-		stopRacer, err = c.procs.StartExtra(ctx, componentFulfillment, []string{"--group", racer}, fpHoldCommit)
+		stopRacer, err = c.procs.StartExtra(ctx, componentDrilled, []string{"--group", racer}, fpHoldCommit)
 		if err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 			return err
 		}
 		d.setCounters(countersOf(rep, 2))
-		f["marks"] = rep.Marks[DrilledConsumer]
+		f["marks"] = rep.Marks[drilledConsumer]
 		return nil
 	})
 }

@@ -14,7 +14,7 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 	var before Component
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
 		var err error
-		before, err = c.armAndWait(ctx, componentFulfillment, fpConsumerCrash, f)
+		before, err = c.armAndWait(ctx, componentDrilled, fpConsumerCrash, f)
 		return err
 	}); err != nil {
 		return err
@@ -23,17 +23,17 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 		return err
 	}
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		if _, err := c.waitCrash(ctx, componentFulfillment, before.Starts, f); err != nil {
+		if _, err := c.waitCrash(ctx, componentDrilled, before.Starts, f); err != nil {
 			return err
 		}
 		rep, err := c.auditOrder(ctx, d.OrderID)
 		if err != nil {
 			return err
 		}
-		f["marks"] = rep.Marks[DrilledConsumer]
-		f["offset_committed"] = rep.Committed[DrilledConsumer]
-		if rep.Marks[DrilledConsumer] != 1 || rep.Committed[DrilledConsumer] {
-			return fmt.Errorf("after the crash: %d marks, offset committed %v; want the mark committed and the offset not", rep.Marks[DrilledConsumer], rep.Committed[DrilledConsumer])
+		f["marks"] = rep.Marks[drilledConsumer]
+		f["offset_committed"] = rep.Committed[drilledConsumer]
+		if rep.Marks[drilledConsumer] != 1 || rep.Committed[drilledConsumer] {
+			return fmt.Errorf("after the crash: %d marks, offset committed %v; want the mark committed and the offset not", rep.Marks[drilledConsumer], rep.Committed[drilledConsumer])
 		}
 		return nil
 	}); err != nil {
@@ -52,7 +52,7 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 		// offset stayed behind it) and once after the restart (the offset
 		// then passed it): two deliveries to the consumer.
 		d.setCounters(countersOf(rep, 2))
-		f["marks"] = rep.Marks[DrilledConsumer]
+		f["marks"] = rep.Marks[drilledConsumer]
 		return nil
 	})
 }

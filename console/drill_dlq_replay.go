@@ -19,13 +19,13 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 		if !disarmed {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if err := c.procs.Restart(rctx, componentFulfillment, ""); err != nil {
+			if err := c.procs.Restart(rctx, componentDrilled, ""); err != nil {
 				c.logger.Warn("disarming the drill's failpoint", "err", err)
 			}
 		}
 	}()
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		_, err := c.armAndWait(ctx, componentFulfillment, fpCommitRejected, f)
+		_, err := c.armAndWait(ctx, componentDrilled, fpCommitRejected, f)
 		return err
 	}); err != nil {
 		return err
@@ -41,7 +41,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 				return false, err
 			}
 			for _, e := range es {
-				if e.EventID == d.EventID && e.Consumer == DrilledConsumer {
+				if e.EventID == d.EventID && e.Consumer == drilledConsumer {
 					entry = e
 					return true, nil
 				}
@@ -57,13 +57,13 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 		return err
 	}
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		if err := c.procs.Restart(ctx, componentFulfillment, ""); err != nil {
+		if err := c.procs.Restart(ctx, componentDrilled, ""); err != nil {
 			return err
 		}
 		disarmed = true
-		comp, _ := c.component(componentFulfillment)
+		comp, _ := c.component(componentDrilled)
 		f["pid"] = comp.PID
-		n, _, err := verify.OrderChanges(ctx, c.pool, DrilledConsumer, d.OrderID)
+		n, _, err := verify.OrderChanges(ctx, c.pool, drilledConsumer, d.OrderID)
 		f["business_changes"] = n
 		return err
 	}); err != nil {
@@ -78,7 +78,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 	}
 	return d.step(ctx, func(ctx context.Context, f map[string]any) error {
 		rep, err := c.waitSettled(ctx, d.OrderID, func(r *verify.OrderReport) bool {
-			return r.Deliveries >= 2 && r.BusinessChanges[DrilledConsumer] >= 1
+			return r.Deliveries >= 2 && r.BusinessChanges[drilledConsumer] >= 1
 		})
 		if err != nil {
 			return err

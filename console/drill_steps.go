@@ -25,7 +25,7 @@ import (
 func countersOf(rep *verify.OrderReport, consumerDeliveries int) Counters {
 	return Counters{
 		LogicalEvents: rep.LogicalEvents, Deliveries: rep.Deliveries, ConsumerDeliveries: consumerDeliveries,
-		Marks: rep.Marks[DrilledConsumer], BusinessChanges: rep.BusinessChanges[DrilledConsumer], DeadLettered: rep.DeadLettered[DrilledConsumer],
+		Marks: rep.Marks[drilledConsumer], BusinessChanges: rep.BusinessChanges[drilledConsumer], DeadLettered: rep.DeadLettered[drilledConsumer],
 	}
 }
 
@@ -206,7 +206,7 @@ func (c *Console) waitSettled(ctx context.Context, orderID string, extra func(*v
 				return false, nil
 			}
 		}
-		if rep.BusinessChanges[DrilledConsumer] < 1 {
+		if rep.BusinessChanges[drilledConsumer] < 1 {
 			return false, nil
 		}
 		return extra == nil || extra(rep), nil

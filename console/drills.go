@@ -13,10 +13,9 @@ import (
 )
 
 // Components the drills act on, as named by the dev supervisor.
-const (
-	componentCDC         = "cdc"
-	componentFulfillment = "consumer-" + DrilledConsumer
-)
+const componentCDC = "cdc"
+
+var componentDrilled = "consumer-" + drilledConsumer
 
 // Failpoints the drills arm (see internal/failpoint and docs/failpoints.md).
 const (
@@ -36,12 +35,14 @@ type Counters struct {
 	LogicalEvents int `json:"logical_events"`
 	// Deliveries: records of the order in the topic.
 	Deliveries int `json:"deliveries"`
-	// ConsumerDeliveries: times the fulfillment consumer was handed the
-	// event, as proven by marks and committed offsets (see each drill).
+	// ConsumerDeliveries: times the drilled consumer (the fulfillment
+	// consumer) was handed the event, as proven by marks and committed
+	// offsets (see each drill).
 	ConsumerDeliveries int `json:"consumer_deliveries"`
-	// Marks: processed_events rows of the fulfillment consumer.
+	// Marks: processed_events rows of the drilled consumer.
 	Marks int `json:"marks"`
-	// BusinessChanges: the fulfillment consumer's effects (shipments).
+	// BusinessChanges: the drilled consumer's effects on the order (its
+	// OrderEffects: the fulfillment consumer's shipments).
 	BusinessChanges int `json:"business_changes"`
 	// DeadLettered: the order's records in the DLQ.
 	DeadLettered int `json:"dead_lettered"`

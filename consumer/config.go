@@ -35,63 +35,18 @@ type Config struct {
 	Group string `name:"group" help:"Kafka consumer group (default eventforge-<name>)."`
 	// Topics are the topics consumed.
 	Topics []string `name:"topics" help:"Topics to consume." default:"${topic}"`
-	// Workers bounds how many partitions are applied at the same time.
-	Workers int `name:"workers" help:"Partitions applied concurrently (each in order)." default:"4"`
-	// BatchSize is the most records of one partition applied in one
-	// transaction; 1 turns batching off.
-	BatchSize int `name:"batch-size" help:"Most records of one partition per transaction (1 = no batching)." default:"100"`
-	// BatchWait is how long after its queue became non-empty a partition
-	// waits for a fuller batch; 0 applies what is queued at once.
-	BatchWait time.Duration `name:"batch-wait" help:"How long after its queue became non-empty a partition waits for more records before fewer than --batch-size are applied (0 = apply what is queued at once)." default:"0s"`
-	// QueueSize is how many records are buffered per partition before its
-	// fetching pauses.
-	QueueSize int `name:"queue-size" help:"Records buffered per partition before its fetching pauses." default:"5000"`
-	// QueueBytes is how many bytes of records (key, value, headers and an
-	// estimate of the Go structures holding them) are buffered per
-	// partition before its fetching pauses, whichever of QueueSize and
-	// QueueBytes is reached first.
-	QueueBytes int `name:"queue-bytes" help:"Bytes of records buffered per partition before its fetching pauses (whichever of --queue-size and --queue-bytes is reached first)." default:"4194304"`
-	// FetchWait is the longest the broker holds a fetch to gather more
-	// records; 0 answers as soon as any record is there.
-	FetchWait time.Duration `name:"fetch-wait" help:"Longest the broker holds a fetch to gather more records, so that one fetch and one transaction per partition carry several (0 = answer as soon as any record is there)." default:"10ms"`
-	// MaxAttempts is how often a retryable failure is tried before the
-	// record is dead-lettered.
-	MaxAttempts int `name:"max-attempts" help:"Attempts at a failing record before it is dead-lettered." default:"5"`
-	// NotFoundGrace is the least time an event whose order does not exist
-	// (yet) is retried before it is dead-lettered, whatever MaxAttempts says:
-	// logical decoding may deliver a transaction a moment before it is
-	// visible to other sessions on the primary.
-	NotFoundGrace time.Duration `name:"not-found-grace" help:"Least time an event whose order cannot be found is retried before it is dead-lettered." default:"10s"`
-	// InitialBackoff is the first wait between attempts.
-	InitialBackoff time.Duration `name:"initial-backoff" help:"First wait between attempts at one record (doubles each attempt, with jitter)." default:"100ms"`
-	// MaxBackoff caps the wait between attempts at one record.
-	MaxBackoff time.Duration `name:"max-backoff" help:"Longest wait between attempts at one record." default:"5s"`
-	// AttemptTimeout bounds one apply transaction.
-	AttemptTimeout time.Duration `name:"attempt-timeout" help:"Longest one apply transaction may take (at most 4m: a revoked partition's transaction is waited for within the group's 5m poll interval)." default:"30s"`
-	// ProbeTimeout bounds the probe (a transaction on a new connection
-	// that writes what an apply writes and commits) that tells a database
-	// that refuses or does not answer every apply from an event that
-	// failed by itself; see docs/consumer.md.
-	ProbeTimeout time.Duration `name:"probe-timeout" help:"Longest the database probe after a failed attempt may take; a probe that fails means the database is unavailable." default:"5s"`
-	// SessionTimeout is how long the group waits for a member that stopped
-	// heart-beating (e.g. was killed) before giving its partitions to others.
-	SessionTimeout time.Duration `name:"session-timeout" help:"Group session timeout: how soon a dead member's partitions move to others." default:"45s"`
-	// CommitInterval is how often stored offsets are committed (also on
-	// revoke and shutdown).
-	CommitInterval time.Duration `name:"commit-interval" help:"How often stored offsets are committed." default:"1s"`
+	// Settings are the runtime's (engine.Settings): parallelism, batching,
+	// queues, retries, timeouts and the DLQ, each a flag of its own.
+	engine.Settings `embed:""`
 	// MaxConns bounds the PostgreSQL pool.
 	MaxConns int32 `name:"max-conns" help:"PostgreSQL pool size (at least --workers)." default:"5"`
-	// DLQSuffix names the DLQ topic of each source topic: <topic><suffix>.
-	DLQSuffix string `name:"dlq-suffix" help:"DLQ topic of a source topic: <topic><suffix>." default:".dlq"`
-	// DLQStatsInterval is how often the DLQ gauges are refreshed.
-	DLQStatsInterval time.Duration `name:"dlq-stats-interval" help:"How often eventforge_dlq_* gauges are refreshed." default:"15s"`
 	// MetricsAddr serves /metrics when not empty.
 	MetricsAddr string `name:"metrics-addr" help:"Serve Prometheus /metrics on this address (empty: off)."`
 }
 
 // DefaultConfig returns the configuration the flags default to (their
 // tags, read by config.Defaults with the registry's variables): the
-// engine's DefaultOptions (config_test.go holds them equal), the
+// engine's DefaultSettings (config_test.go holds them equal), the
 // contract's database, brokers and topic, and the registry's default
 // consumer.
 func DefaultConfig() Config {
@@ -180,38 +135,17 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	defer pool.Close()
 
-	opts := cfg.options()
-	opts.OnAssignment = memoryLimiter(cfg.QueueBytes, logger)
-	rt := engine.New(opts, engine.PoolDB{Pool: pool}, handler, logger)
+	rt := engine.New(engine.Options{
+		Name:         cfg.Name,
+		Group:        cfg.GroupID(),
+		Topics:       cfg.Topics,
+		Bootstrap:    cfg.KafkaBrokers,
+		Settings:     cfg.Settings,
+		OnAssignment: memoryLimiter(cfg.QueueBytes, logger),
+	}, engine.PoolDB{Pool: pool}, handler, logger)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return metrics.Serve(gctx, cfg.MetricsAddr, logger, nil) })
 	g.Go(func() error { return rt.Run(gctx) })
 	return g.Wait()
-}
-
-// options are the engine's options for c.
-func (c Config) options() engine.Options {
-	return engine.Options{
-		Name:             c.Name,
-		Group:            c.GroupID(),
-		Topics:           c.Topics,
-		Bootstrap:        c.KafkaBrokers,
-		Workers:          c.Workers,
-		BatchSize:        c.BatchSize,
-		BatchWait:        c.BatchWait,
-		QueueSize:        c.QueueSize,
-		QueueBytes:       c.QueueBytes,
-		FetchWait:        c.FetchWait,
-		MaxAttempts:      c.MaxAttempts,
-		InitialBackoff:   c.InitialBackoff,
-		NotFoundGrace:    c.NotFoundGrace,
-		MaxBackoff:       c.MaxBackoff,
-		AttemptTimeout:   c.AttemptTimeout,
-		ProbeTimeout:     c.ProbeTimeout,
-		CommitPeriod:     c.CommitInterval,
-		SessionTimeout:   c.SessionTimeout,
-		DLQSuffix:        c.DLQSuffix,
-		DLQStatsInterval: c.DLQStatsInterval,
-	}
 }

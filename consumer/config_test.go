@@ -58,14 +58,11 @@ func TestGroupID(t *testing.T) {
 	}
 }
 
-// The flags of `eventforge consumer` default to what the engine runs with
-// unless configured otherwise (engine.DefaultOptions), which its zero
-// options fall back to.
+// The flags of `eventforge consumer` (their tags, read by DefaultConfig)
+// default to what the engine runs with unless configured otherwise
+// (engine.DefaultSettings), which its zero settings fall back to.
 func TestDefaultConfigIsTheEngineDefaults(t *testing.T) {
-	c := DefaultConfig()
-	want := engine.DefaultOptions()
-	want.Name, want.Group, want.Topics, want.Bootstrap = c.Name, c.GroupID(), c.Topics, c.KafkaBrokers
-	if got := c.options(); !reflect.DeepEqual(got, want) {
-		t.Errorf("the flags give the engine\n%+v\nDefaultOptions are\n%+v", got, want)
+	if got, want := DefaultConfig().Settings, engine.DefaultSettings(); !reflect.DeepEqual(got, want) {
+		t.Errorf("the flags give the engine\n%+v\nDefaultSettings are\n%+v", got, want)
 	}
 }

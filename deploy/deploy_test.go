@@ -4,11 +4,15 @@
 // base rendered by `kubectl kustomize`; on what they produce, every flag,
 // EVENTFORGE_* variable and port that compose, the kustomize base and the
 // Dockerfile use exists in `eventforge <command> --help`, and the console
-// runs only with an ops token from a secret; Prometheus scrapes what runs; every metric
+// runs only with an ops token from a secret; Prometheus scrapes what runs;
+// every registered consumer (consumer/registry) runs in compose and in the
+// kustomize base, is scraped and shown by the consoles, and its tables are
+// granted to the component roles by the migrations; every metric
 // the alert rules and the Grafana dashboard query is one docs/metrics.md
 // lists (the e2e metrics test checks that list against live scrapes); every
 // alert has a runbook in docs/operations.md and promtool cases that fire it
-// and keep it quiet. No Docker engine or cluster is needed.
+// and keep it quiet. No Docker engine or cluster is needed; the grants are
+// checked on a database of the local stack (internal/testenv).
 package deploy_test
 
 import (

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/eventforge/eventforge/consumer/fulfillment"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/contract"
 	"github.com/eventforge/eventforge/internal/kafkaread"
 )
@@ -30,8 +30,9 @@ type OrderReport struct {
 	DuplicateDeliveries int `json:"duplicate_deliveries"`
 	// Records lists the order's records in the topic.
 	Records []OrderRecord `json:"records"`
-	// BusinessChanges counts, per consumer, the business effects on the
-	// order (fulfillment: its shipments).
+	// BusinessChanges counts, per consumer with an OrderEffects in its
+	// registry entry, the business effects on the order (fulfillment: its
+	// shipments).
 	BusinessChanges map[string]int `json:"business_changes"`
 	// Marks counts, per consumer, processed_events rows for the order's
 	// events.
@@ -52,36 +53,25 @@ type OrderRecord struct {
 	Timestamp time.Time `json:"timestamp"`
 }
 
-// orderEffects counts one consumer's business effects on one order.
-type orderEffects func(ctx context.Context, q Querier, orderID string) (int, error)
-
-// Querier is the part of pgx.Conn / pgxpool.Pool the per-order checks use.
+// Querier is the part of pgx.Conn / pgxpool.Pool the per-order checks use
+// (an audit.RowQuerier).
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// OrderChanges counts consumer's business effects on one order. known is
-// false for a consumer without a per-order effect check.
+// OrderChanges counts consumer's business effects on one order with its
+// registered OrderEffects (package consumer/registry). known is false for
+// a consumer without one.
 func OrderChanges(ctx context.Context, q Querier, consumer, orderID string) (n int, known bool, err error) {
-	check, ok := orderEffectChecks[consumer]
-	if !ok {
+	c, err := registry.Lookup(consumer)
+	if err != nil || c.OrderEffects == nil {
 		return 0, false, nil
 	}
-	n, err = check(ctx, q, orderID)
+	n, err = c.OrderEffects(ctx, q, orderID)
 	if err != nil {
 		return 0, true, fmt.Errorf("counting effects of %s on order %s: %w", consumer, orderID, err)
 	}
 	return n, true, nil
-}
-
-// orderEffectChecks knows, per consumer name, how to count its effects on
-// one order. Consumers without an entry report no business changes.
-var orderEffectChecks = map[string]orderEffects{
-	fulfillment.Name: func(ctx context.Context, q Querier, orderID string) (int, error) {
-		var n int
-		err := q.QueryRow(ctx, `SELECT count(*) FROM shipments WHERE order_id::text = $1`, orderID).Scan(&n)
-		return n, err
-	},
 }
 
 // AuditOrder audits the events of one order from durable state, like Run

@@ -33,7 +33,7 @@ type dlqTopicFlags struct {
 
 // dlqFilterFlags select records.
 type dlqFilterFlags struct {
-	Consumer  string        `name:"consumer" help:"Only records dead-lettered by this consumer (fulfillment, ledger)."`
+	Consumer  string        `name:"consumer" help:"Only records dead-lettered by this consumer (${consumer_names_in_words})."`
 	Class     string        `name:"class" help:"Only this error class (permanent, transient, not_found, unavailable, unknown)."`
 	Type      string        `name:"type" help:"Only this event type, e.g. OrderCreated."`
 	EventID   string        `name:"event-id" help:"Only this event ID."`

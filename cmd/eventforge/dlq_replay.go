@@ -158,7 +158,7 @@ func (c *dlqReplayCmd) replay(env *runEnv, r *kafka.Consumer, sel *selection, ma
 		tick = func() { _ = bar.Add(1) }
 		defer func() { _ = bar.Finish() }()
 	}
-	p, err := dlq.NewProducer(c.KafkaBrokers)
+	p, err := dlq.NewProducer(dlq.ReplayConfig(c.KafkaBrokers), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/eventforge/eventforge/cdc"
 	"github.com/eventforge/eventforge/console"
 	"github.com/eventforge/eventforge/consumer"
+	"github.com/eventforge/eventforge/consumer/registry"
 	"github.com/eventforge/eventforge/verify"
 )
 
@@ -51,14 +52,24 @@ func TestFlagDefaultsAreDefaultConfig(t *testing.T) {
 		{"verify", parse(t, "verify").Verify.Config, verify.DefaultConfig()},
 	} {
 		t.Run(tt.component, func(t *testing.T) {
-			got, want := reflect.ValueOf(tt.got), reflect.ValueOf(tt.want)
-			for i := range got.NumField() {
-				name := got.Type().Field(i).Name
-				if g, w := got.Field(i).Interface(), want.Field(i).Interface(); !reflect.DeepEqual(g, w) {
-					t.Errorf("%s: the flag defaults to %#v, DefaultConfig() to %#v", name, g, w)
-				}
-			}
+			compareFields(t, reflect.ValueOf(tt.got), reflect.ValueOf(tt.want))
 		})
+	}
+}
+
+// compareFields reports each field of got that differs from want, looking
+// into embedded structs (flags of their own, e.g. engine.Settings).
+func compareFields(t *testing.T, got, want reflect.Value) {
+	t.Helper()
+	for i := range got.NumField() {
+		f := got.Type().Field(i)
+		if _, embed := f.Tag.Lookup("embed"); (embed || f.Anonymous) && f.Type.Kind() == reflect.Struct {
+			compareFields(t, got.Field(i), want.Field(i))
+			continue
+		}
+		if g, w := got.Field(i).Interface(), want.Field(i).Interface(); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: the flag defaults to %#v, DefaultConfig() to %#v", f.Name, g, w)
+		}
 	}
 }
 
@@ -123,6 +134,25 @@ func walkFlags(t reflect.Type, fn func(reflect.StructField)) {
 		}
 		if f.Type.Kind() == reflect.Struct {
 			walkFlags(f.Type, fn)
+		}
+	}
+}
+
+// The help texts that list the consumers take them from the registry: each
+// names every registered consumer.
+func TestHelpNamesEveryConsumer(t *testing.T) {
+	for _, command := range [][]string{{"consumer"}, {"dlq", "list"}, {"dlq", "replay"}} {
+		var out bytes.Buffer
+		var c commandLine
+		p, err := kong.New(&c, append(parserOptions(), kong.Writers(&out, &out), kong.Exit(func(int) {}))...)
+		if err != nil {
+			t.Fatalf("building the parser: %v", err)
+		}
+		_, _ = p.Parse(append(command, "--help"))
+		for _, name := range registry.Names() {
+			if !strings.Contains(out.String(), name) {
+				t.Errorf("eventforge %s --help does not name consumer %q:\n%s", strings.Join(command, " "), name, out.String())
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eventforge/eventforge/console"
+	"github.com/eventforge/eventforge/internal/childproc"
 	"github.com/eventforge/eventforge/internal/failpoint"
 )
 
@@ -24,7 +25,8 @@ type supervisor struct {
 	binary string
 	logger *slog.Logger
 	output io.Writer
-	// stopTimeout bounds the graceful stop (SIGTERM) before SIGKILL.
+	// stopTimeout bounds the graceful stop (SIGTERM to the child) before
+	// SIGKILL to its process group.
 	stopTimeout time.Duration
 	// minBackoff and maxBackoff bound the wait before restarting a child
 	// that died.
@@ -49,7 +51,6 @@ type child struct {
 	spec    childSpec
 	state   console.Component
 	restart chan string // failpoints for the next process
-	cmd     *exec.Cmd
 }
 
 func newSupervisor(binary string, output io.Writer, logger *slog.Logger) *supervisor {
@@ -66,7 +67,8 @@ func (s *supervisor) add(spec childSpec) {
 }
 
 // run starts every component and keeps them running until ctx is
-// cancelled; it then stops them all (SIGTERM, then SIGKILL) and returns.
+// cancelled; it then stops them all (SIGTERM, then SIGKILL to each one's
+// process group) and returns.
 func (s *supervisor) run(ctx context.Context) {
 	s.mu.Lock()
 	for _, name := range s.order {
@@ -88,28 +90,26 @@ func (s *supervisor) keep(ctx context.Context, ch *child) {
 	failpoints := ch.spec.initialFailpoints
 	for ctx.Err() == nil {
 		started := time.Now()
-		cmd, err := s.start(ch, failpoints)
+		p, err := s.start(ch, failpoints)
 		if err != nil {
 			s.logger.Error("starting component", "component", ch.spec.name, "err", err)
 		} else {
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
 			select {
-			case err = <-exited:
-				s.exited(ch, err)
+			case <-p.Exited():
+				s.exited(ch, p.Err())
 				if ctx.Err() != nil {
 					return
 				}
-				s.logger.Warn("component exited; restarting", "component", ch.spec.name, "exit", describeExit(err), "backoff", backoff)
+				s.logger.Warn("component exited; restarting", "component", ch.spec.name, "exit", describeExit(p.Err()), "backoff", backoff)
 			case failpoints = <-ch.restart:
-				s.stop(cmd, exited)
-				s.exited(ch, <-exited)
+				p.Stop(s.stopTimeout)
+				s.exited(ch, p.Err())
 				s.logger.Info("component restarted on request", "component", ch.spec.name, "failpoints", failpoints)
 				backoff = s.minBackoff
 				continue
 			case <-ctx.Done():
-				s.stop(cmd, exited)
-				s.exited(ch, <-exited)
+				p.Stop(s.stopTimeout)
+				s.exited(ch, p.Err())
 				return
 			}
 		}
@@ -127,7 +127,12 @@ func (s *supervisor) keep(ctx context.Context, ch *child) {
 	}
 }
 
-func (s *supervisor) start(ch *child, failpoints string) (*exec.Cmd, error) {
+// start runs one process of ch with childproc: in a process group of its
+// own, so a terminal's Ctrl-C reaches the supervisor only, which then
+// stops the children in order; Stop's SIGKILL, when the grace runs out,
+// goes to that whole group. The child dies with the supervisor, even if
+// the supervisor is killed.
+func (s *supervisor) start(ch *child, failpoints string) (*childproc.Process, error) {
 	cmd := exec.Command(s.binary, ch.spec.args...)
 	env := make([]string, 0, len(os.Environ())+len(ch.spec.env)+1)
 	for _, kv := range os.Environ() {
@@ -140,21 +145,16 @@ func (s *supervisor) start(ch *child, failpoints string) (*exec.Cmd, error) {
 		env = append(env, failpoint.EnvVar+"="+failpoints)
 	}
 	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = s.output, s.output
-	// Its own process group: a terminal's Ctrl-C reaches the supervisor
-	// only, which then stops the children in order. The child dies with the
-	// supervisor, even if the supervisor is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := childproc.StartOutput(cmd, s.output)
+	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", ch.spec.name, err)
 	}
 	s.mu.Lock()
-	ch.cmd = cmd
 	ch.state.PID, ch.state.Running, ch.state.Failpoints = cmd.Process.Pid, true, failpoints
 	ch.state.Starts++
 	s.mu.Unlock()
 	s.logger.Info("component started", "component", ch.spec.name, "pid", cmd.Process.Pid, "failpoints", failpoints)
-	return cmd, nil
+	return p, nil
 }
 
 func (s *supervisor) exited(ch *child, err error) {
@@ -163,17 +163,6 @@ func (s *supervisor) exited(ch *child, err error) {
 	defer s.mu.Unlock()
 	ch.state.PID, ch.state.Running, ch.state.Failpoints = 0, false, ""
 	ch.state.LastExit, ch.state.LastExitAt = describeExit(err), &now
-}
-
-// stop sends SIGTERM and, after stopTimeout, SIGKILL.
-func (s *supervisor) stop(cmd *exec.Cmd, exited chan error) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		exited <- err // leave it for the caller
-	case <-time.After(s.stopTimeout):
-		_ = cmd.Process.Kill()
-	}
 }
 
 func describeExit(err error) string {
@@ -247,18 +236,15 @@ func (s *supervisor) StartExtra(_ context.Context, component string, extraArgs [
 	spec.args = append(append([]string{}, spec.args...), extraArgs...)
 	spec.env = append(append([]string{}, spec.env...), "EVENTFORGE_METRICS_ADDR=") // no second metrics listener
 	extra := &child{spec: spec, state: console.Component{Name: spec.name}}
-	cmd, err := s.start(extra, failpoints)
+	p, err := s.start(extra, failpoints)
 	if err != nil {
 		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			s.stop(cmd, exited)
-			err := <-exited
-			s.logger.Info("extra component stopped", "component", spec.name, "exit", describeExit(err))
+			p.Stop(s.stopTimeout)
+			s.logger.Info("extra component stopped", "component", spec.name, "exit", describeExit(p.Err()))
 		})
 	}, nil
 }

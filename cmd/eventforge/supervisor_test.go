@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,4 +144,54 @@ func TestSupervisorExtraInstance(t *testing.T) {
 	if n := len(s.Components()); n != 1 {
 		t.Fatalf("the extra instance is listed as supervised: %d components", n)
 	}
+}
+
+// A child that ignores SIGTERM is killed with everything it started: the
+// SIGKILL after stopTimeout goes to its process group.
+func TestSupervisorStopKillsTheChildsGroup(t *testing.T) {
+	s, dir := newTestSupervisor(t)
+	s.stopTimeout = 200 * time.Millisecond
+	pidFile := filepath.Join(dir, "grandchild")
+	s.add(childSpec{name: "stubborn", args: []string{"-c", `trap "" TERM; sleep 600 & echo $! > "` + pidFile + `.tmp"; mv "` + pidFile + `.tmp" "` + pidFile + `"; wait`}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.run(ctx); close(done) }()
+	waitComponent(t, s, "stubborn", func(c console.Component) bool { return c.Running })
+	var grandchild int
+	for deadline := time.Now().Add(10 * time.Second); grandchild == 0; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if grandchild, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child never wrote its own child's pid")
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if c := s.Components()[0]; c.LastExit != "killed by SIGKILL" {
+		t.Fatalf("the child that ignores SIGTERM: %+v", c)
+	}
+	// Once reaped by init, the grandchild is gone.
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(grandchild, 0) == nil && !zombie(grandchild); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(grandchild, syscall.SIGKILL)
+			t.Fatalf("the child's own child %d still runs after the supervisor stopped", grandchild)
+		}
+	}
+}
+
+// zombie reports whether pid has ended and waits to be reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	s := string(b)
+	return strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "Z")
 }

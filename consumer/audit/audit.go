@@ -1,6 +1,7 @@
 // Package audit is what a consumer tells `eventforge verify` about its
 // business tables: each registered consumer (consumer/registry) names a
-// Check that compares its effects with its marks, so that verify audits a
+// Check that compares its effects with its marks, and may name an
+// OrderCount that counts its effects on one order, so that verify audits a
 // new consumer without knowing its tables.
 package audit
 
@@ -63,6 +64,17 @@ func (e *Effects) Detail(format string, args ...any) {
 
 // Check compares a consumer's business tables with its marks.
 type Check func(ctx context.Context, q Querier, consumer string, s Scope) (Effects, error)
+
+// RowQuerier is the part of a pgxpool.Pool an OrderCount reads with.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// OrderCount counts a consumer's business effects on one order (the
+// fulfillment consumer's: the order's shipments). verify's per-order audit
+// (verify.AuditOrder, verify.OrderChanges) reports it as the order's
+// business changes, which the console's order trace and drills show.
+type OrderCount func(ctx context.Context, q RowQuerier, orderID string) (int, error)
 
 // UnattributedMarks counts the consumer's marks whose event s does not
 // hold.

@@ -18,18 +18,3 @@ func readerConfig(bootstrap string) kafka.ConfigMap {
 	}
 	return cfg
 }
-
-// producerConfig configures NewProducer's idempotent, acks=all producer,
-// built by kafkaconf like readerConfig.
-func producerConfig(bootstrap string) kafka.ConfigMap {
-	cfg := kafkaconf.Tool(bootstrap, "eventforge-dlq-replay")
-	cfg["enable.idempotence"] = true
-	cfg["acks"] = "all"
-	// Replays go out through Produce with at most replayWindow waiting for
-	// their acknowledgement, and Events() carries only errors: the Go
-	// client's default channels of 1,000,000 slots each, allocated on the
-	// Go heap, are never used.
-	cfg["go.produce.channel.size"] = 16
-	cfg["go.events.channel.size"] = 64
-	return cfg
-}

@@ -15,12 +15,12 @@ func TestClientsCarryTheKafkaSecuritySettings(t *testing.T) {
 	t.Run("sasl_ssl", func(t *testing.T) {
 		want := kafkaconftest.Secure(t)
 		kafkaconftest.Check(t, "reader config", readerConfig("127.0.0.1:1"), want)
-		kafkaconftest.Check(t, "producer config", producerConfig("127.0.0.1:1"), want)
+		kafkaconftest.Check(t, "producer config", ReplayConfig("127.0.0.1:1"), want)
 		if c, err := NewReader("127.0.0.1:1"); err == nil {
 			c.Close()
 			t.Error("NewReader created a consumer with a CA file that does not exist: the TLS settings did not reach it")
 		}
-		if p, err := NewProducer("127.0.0.1:1"); err == nil {
+		if p, err := NewProducer(ReplayConfig("127.0.0.1:1"), nil); err == nil {
 			p.Close()
 			t.Error("NewProducer created a producer with a CA file that does not exist: the TLS settings did not reach it")
 		}
@@ -31,7 +31,7 @@ func TestClientsCarryTheKafkaSecuritySettings(t *testing.T) {
 			t.Fatalf("NewReader: %v", err)
 		}
 		c.Close()
-		p, err := NewProducer("127.0.0.1:1")
+		p, err := NewProducer(ReplayConfig("127.0.0.1:1"), nil)
 		if err != nil {
 			t.Fatalf("NewProducer: %v", err)
 		}

@@ -213,7 +213,7 @@ const replayWindow = 1000
 // was not replayed (no original topic, a refused produce, a failed
 // delivery). An entry's failure does not stop the others.
 type Replayer struct {
-	p        *kafka.Producer
+	p        *Producer
 	at       time.Time
 	onResult func(Result)
 	delivery chan kafka.Event
@@ -222,7 +222,7 @@ type Replayer struct {
 
 // NewReplayer returns a Replayer producing with p, stamping replays with
 // at and calling onResult once per entry added, from Add or Wait.
-func NewReplayer(p *kafka.Producer, at time.Time, onResult func(Result)) *Replayer {
+func NewReplayer(p *Producer, at time.Time, onResult func(Result)) *Replayer {
 	return &Replayer{p: p, at: at, onResult: onResult, delivery: make(chan kafka.Event, replayWindow)}
 }
 
@@ -241,7 +241,7 @@ func (r *Replayer) Add(ctx context.Context, e Entry) error {
 	}
 	m := ReplayRecord(e, r.at)
 	m.Opaque = ref
-	if err := r.p.Produce(m, r.delivery); err != nil {
+	if err := r.p.producer.Produce(m, r.delivery); err != nil {
 		r.onResult(Result{Ref: ref, Err: fmt.Errorf("producing the replay to %s: %w", e.OriginalTopic, err)})
 		return nil
 	}
@@ -279,23 +279,6 @@ func (r *Replayer) await(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for %d replay acknowledgements: %w", r.inflight, ctx.Err())
 	}
-}
-
-// NewProducer returns the idempotent, acks=all producer replays use. Its
-// events channel is drained until Close.
-func NewProducer(bootstrap string) (*kafka.Producer, error) {
-	cfg := producerConfig(bootstrap)
-	p, err := kafka.NewProducer(&cfg)
-	if err != nil {
-		return nil, fmt.Errorf("creating replay producer: %w", err)
-	}
-	go func() {
-		for range p.Events() {
-			// Drained so that the producer never stalls; delivery reports go
-			// to per-call channels.
-		}
-	}()
-	return p, nil
 }
 
 // PurgePlan is what Purge deletes per partition: records from Low up to

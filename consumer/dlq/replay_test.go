@@ -115,7 +115,7 @@ func TestReplayerReportsEachEntry(t *testing.T) {
 	es[3].OriginalTopic = ""
 	es[4].OriginalTopic = env.Topic + ".missing"
 
-	p, err := NewProducer(env.Endpoints.KafkaBootstrap)
+	p, err := NewProducer(ReplayConfig(env.Endpoints.KafkaBootstrap), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

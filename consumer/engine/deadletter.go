@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -19,31 +17,17 @@ import (
 // default socket.request.max.bytes less room for the request around it.
 const dlqMessageMaxBytes = 100_000_000
 
-// deadLetterer writes DLQ records with an idempotent producer and waits for
-// each acknowledgement. A fatal producer error (kafka.Error.IsFatal: the
-// idempotent producer can no longer guarantee order or no duplicates) is
-// kept: every later write fails with it, and Run ends with it.
-type deadLetterer struct {
-	producer *kafka.Producer
-	logger   *slog.Logger
-	done     chan struct{}
-
-	fatalOnce sync.Once
-	fatalErr  atomic.Pointer[error]
-}
-
-func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent, logger *slog.Logger) (*deadLetterer, error) {
+// newDeadLetterer returns the DLQ producer (dlq.Producer) of a runtime,
+// with the dead letters' settings on top of the component's client
+// configuration, once the DLQ topic of every source topic is as
+// ensureDLQTopics wants it. Its Write waits for each acknowledgement, or
+// the failure that comes within dlqDeliveryTimeout; it waits for the
+// outcome even when the partition is revoked meanwhile, so that a copy the
+// DLQ acknowledged has its source offset stored before the partition goes,
+// and the next owner does not apply an event that was dead-lettered too.
+func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent, logger *slog.Logger) (*dlq.Producer, error) {
 	cfg := kafkaconf.Base(opts.Bootstrap, "eventforge-"+opts.Name+"-dlq", logs)
-	cfg["enable.idempotence"] = true
-	cfg["acks"] = "all"
 	cfg["linger.ms"] = 0
-	// Dead letters go out one at a time through Produce; the Go produce
-	// channel (1,000,000 slots by default) is never used.
-	cfg["go.produce.channel.size"] = 16
-	// Events() carries only errors and is drained at once (drain); its
-	// default of 1,000,000 slots is Go heap that the garbage collector's
-	// heap goal doubles.
-	cfg["go.events.channel.size"] = 64
 	// A dead-letter copy is its source record plus the dlq.* headers; the
 	// DLQ topic's own max.message.bytes (dlq.MessageHeadroom above its
 	// source's) is the bound that matters, not librdkafka's default of
@@ -53,98 +37,19 @@ func newDeadLetterer(ctx context.Context, opts Options, logs chan kafka.LogEvent
 	// this, so the partition is counted as waiting on the DLQ soon; the
 	// default is 5 minutes.
 	cfg["message.timeout.ms"] = int(dlqDeliveryTimeout / time.Millisecond)
-	p, err := kafka.NewProducer(&cfg)
+	d, err := dlq.NewProducer(cfg, logger)
 	if err != nil {
-		return nil, fmt.Errorf("creating dlq producer: %w", err)
+		return nil, err
 	}
-	d := &deadLetterer{producer: p, logger: logger, done: make(chan struct{})}
-	go d.drain()
-	if err := ensureDLQTopics(ctx, p, opts, logger); err != nil {
-		d.close()
+	if err := ensureDLQTopics(ctx, d.Kafka(), opts, logger); err != nil {
+		d.Close()
 		return nil, err
 	}
 	return d, nil
 }
 
-// drain consumes the producer's events channel (delivery reports go to
-// per-record channels); an unread channel would stall the producer.
-func (d *deadLetterer) drain() {
-	defer close(d.done)
-	for ev := range d.producer.Events() {
-		if e, ok := ev.(kafka.Error); ok {
-			if e.IsFatal() {
-				d.setFatal(e)
-				continue
-			}
-			d.logger.Warn("dlq producer error", "err", e)
-		}
-	}
-}
-
-// setFatal records the first fatal error of the producer.
-func (d *deadLetterer) setFatal(err error) {
-	d.fatalOnce.Do(func() {
-		err = fmt.Errorf("dlq producer: %w", err)
-		d.fatalErr.Store(&err)
-	})
-}
-
-// fatal returns the producer's fatal error, or nil while it is usable.
-func (d *deadLetterer) fatal() error {
-	if p := d.fatalErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// checkFatal records the producer's fatal error when err is one (or a
-// delivery failed because of one) and returns err.
-func (d *deadLetterer) checkFatal(err error) error {
-	var kerr kafka.Error
-	if !errors.As(err, &kerr) || (!kerr.IsFatal() && kerr.Code() != kafka.ErrFatal) {
-		return err
-	}
-	if ferr := d.producer.GetFatalError(); ferr != nil {
-		d.setFatal(ferr)
-	} else {
-		d.setFatal(kerr)
-	}
-	return err
-}
-
 // dlqDeliveryTimeout bounds one DLQ write (message.timeout.ms).
 const dlqDeliveryTimeout = 30 * time.Second
-
-// write produces rec and waits for the broker's acknowledgement, or its
-// failure, which comes within dlqDeliveryTimeout. It fails at once after a
-// fatal producer error. It waits for the outcome even when the partition
-// is revoked meanwhile: a copy the DLQ acknowledged has its source offset
-// stored before the partition goes, so the next owner does not apply an
-// event that was dead-lettered too.
-func (d *deadLetterer) write(rec *kafka.Message) error {
-	if err := d.fatal(); err != nil {
-		return err
-	}
-	delivery := make(chan kafka.Event, 1)
-	if err := d.producer.Produce(rec, delivery); err != nil {
-		return d.checkFatal(fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, err))
-	}
-	ev := <-delivery
-	m, ok := ev.(*kafka.Message)
-	if !ok {
-		return fmt.Errorf("producing to %s: unexpected delivery event %v", *rec.TopicPartition.Topic, ev)
-	}
-	if m.TopicPartition.Error != nil {
-		return d.checkFatal(fmt.Errorf("producing to %s: %w", *rec.TopicPartition.Topic, m.TopicPartition.Error))
-	}
-	return nil
-}
-
-func (d *deadLetterer) close() {
-	d.producer.Flush(5000)
-	d.producer.Close()
-	<-d.done
-}
 
 // ensureDLQTopics makes sure the DLQ topic of every source topic exists
 // with settings under which its records never expire (dlq.EnsureTopics),

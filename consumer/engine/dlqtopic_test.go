@@ -44,7 +44,7 @@ func TestDLQTopicCannotExpire(t *testing.T) {
 				}
 				t.Cleanup(func() { deleteTopic(t, env.Endpoints.KafkaBootstrap, topic) })
 			}
-			start(t, env, Options{}, fakeHandler{})
+			start(t, env, Settings{}, fakeHandler{})
 			testenv.Eventually(t, 30*time.Second, "dlq topic settings", func() error {
 				got, err := dlq.ReadSettings(ctx, a, topic, env.Topic)
 				if err != nil {
@@ -84,7 +84,7 @@ func TestDLQTopicCannotExpire(t *testing.T) {
 func TestDLQTopicDeletedPartitionWaits(t *testing.T) {
 	env := testenv.New(t)
 	topic := dlq.Topic(env.Topic, "")
-	h := start(t, env, Options{BatchSize: 10}, fakeHandler{})
+	h := start(t, env, Settings{BatchSize: 10}, fakeHandler{})
 	testenv.Eventually(t, 30*time.Second, "dlq topic created", func() error {
 		_, err := dlqSettings(t, env, topic)
 		return err

@@ -96,93 +96,6 @@ type Prober interface {
 	Probe(ctx context.Context, tx pgx.Tx) error
 }
 
-// Options configure a Runtime. A zero duration, size or suffix takes its
-// value from DefaultOptions, except BatchSize and NotFoundGrace, whose zero
-// values mean something of their own (noted).
-type Options struct {
-	Name             string        // consumer name, the first half of the mark
-	Group            string        // Kafka consumer group id
-	Topics           []string      // topics to subscribe to
-	Bootstrap        string        // Kafka bootstrap servers
-	Workers          int           // partitions applied concurrently
-	BatchSize        int           // records of one partition per transaction (0: 1, no batching)
-	BatchWait        time.Duration // how long after its queue became non-empty a partition waits for a fuller batch (0: not at all)
-	QueueSize        int           // records buffered per partition before its fetching pauses
-	QueueBytes       int           // bytes of records buffered per partition before its fetching pauses
-	MaxAttempts      int           // attempts before a retryable failure is dead-lettered
-	InitialBackoff   time.Duration // first retry wait
-	NotFoundGrace    time.Duration // least time a missing subject is retried before dead-lettering (0: attempts only)
-	MaxBackoff       time.Duration // cap of the retry wait
-	AttemptTimeout   time.Duration // bound of one transaction
-	ProbeTimeout     time.Duration // bound of the probe after an attempt failed without an answer
-	CommitPeriod     time.Duration // how often stored offsets are committed
-	SessionTimeout   time.Duration // group session timeout
-	DLQSuffix        string        // DLQ topic = source topic + suffix
-	DLQStatsInterval time.Duration // how often the DLQ gauges are refreshed
-	// FetchWait is the longest the broker holds a fetch to gather more
-	// records (fetch.wait.max.ms with fetch.min.bytes of fetchGatherBytes);
-	// zero answers a fetch as soon as any record is there. At moderate
-	// rates a short wait lets one fetch, one wakeup and one transaction per
-	// partition carry several records.
-	FetchWait time.Duration
-	// OnAssignment, if set, is called on the poll goroutine after each
-	// rebalance with the number of partitions now assigned.
-	OnAssignment func(partitions int)
-}
-
-// DefaultOptions are the options a consumer runs with unless configured
-// otherwise; the flags of `eventforge consumer` (package consumer's Config)
-// default to the same values, which its tests check.
-func DefaultOptions() Options {
-	return Options{
-		Workers:          4,
-		BatchSize:        100,
-		QueueSize:        5000,
-		QueueBytes:       4 << 20,
-		MaxAttempts:      5,
-		InitialBackoff:   100 * time.Millisecond,
-		NotFoundGrace:    10 * time.Second,
-		MaxBackoff:       5 * time.Second,
-		AttemptTimeout:   30 * time.Second,
-		ProbeTimeout:     5 * time.Second,
-		CommitPeriod:     time.Second,
-		SessionTimeout:   45 * time.Second,
-		DLQSuffix:        dlq.DefaultSuffix,
-		DLQStatsInterval: 15 * time.Second,
-		FetchWait:        DefaultFetchWait,
-	}
-}
-
-// withDefaults fills the zero fields from DefaultOptions; a zero BatchSize is
-// 1, and a zero NotFoundGrace, FetchWait or BatchWait stays zero.
-func (o Options) withDefaults() Options {
-	d := DefaultOptions()
-	orDefault(&o.Workers, d.Workers)
-	orDefault(&o.BatchSize, 1)
-	orDefault(&o.QueueSize, d.QueueSize)
-	o.QueueSize = max(o.QueueSize, 2*o.BatchSize)
-	orDefault(&o.QueueBytes, d.QueueBytes)
-	orDefault(&o.MaxAttempts, d.MaxAttempts)
-	orDefault(&o.InitialBackoff, d.InitialBackoff)
-	orDefault(&o.MaxBackoff, d.MaxBackoff)
-	orDefault(&o.AttemptTimeout, d.AttemptTimeout)
-	orDefault(&o.ProbeTimeout, d.ProbeTimeout)
-	orDefault(&o.CommitPeriod, d.CommitPeriod)
-	orDefault(&o.SessionTimeout, d.SessionTimeout)
-	orDefault(&o.DLQStatsInterval, d.DLQStatsInterval)
-	if o.DLQSuffix == "" {
-		o.DLQSuffix = d.DLQSuffix
-	}
-	return o
-}
-
-// orDefault sets *v to d when *v is not positive.
-func orDefault[T int | time.Duration](v *T, d T) {
-	if *v <= 0 {
-		*v = d
-	}
-}
-
 // Runtime consumes Topics with a Handler. Create with New, then Run.
 type Runtime struct {
 	opts    Options
@@ -191,7 +104,7 @@ type Runtime struct {
 	logger  *slog.Logger
 
 	slots chan struct{} // bounds concurrently applying partitions
-	dlq   *deadLetterer
+	dlq   *dlq.Producer
 	kc    *kafka.Consumer // set by Run before subscribing
 
 	workerErr atomic.Pointer[error] // a worker's panic outside an attempt: ends Run
@@ -225,7 +138,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.Close()
 	r.dlq = d
 
 	cfg := kafkaconf.Base(r.opts.Bootstrap, "eventforge-"+r.opts.Name, logs)
@@ -268,7 +181,7 @@ func (r *Runtime) loop(ctx context.Context, c *kafka.Consumer) error {
 	lagTick := time.NewTicker(time.Second)
 	defer lagTick.Stop()
 	for ctx.Err() == nil {
-		if err := r.dlq.fatal(); err != nil {
+		if err := r.dlq.Fatal(); err != nil {
 			// The idempotent producer cannot go on; a new process (the
 			// supervisor restarts it) gets a new one and redelivers what
 			// was not dead-lettered.

@@ -120,20 +120,21 @@ type harness struct {
 }
 
 // start runs a runtime named after the test on env's topic and group.
-func start(t *testing.T, env *testenv.Env, opts Options, h Handler) *harness {
+func start(t *testing.T, env *testenv.Env, s Settings, h Handler) *harness {
 	t.Helper()
-	return startOn(t, env, PoolDB{env.Pool}, opts, h)
+	return startOn(t, env, PoolDB{env.Pool}, s, h)
 }
 
 // startOn is start with the runtime's transactions and probes on db.
-func startOn(t *testing.T, env *testenv.Env, db DB, opts Options, h Handler) *harness {
+func startOn(t *testing.T, env *testenv.Env, db DB, s Settings, h Handler) *harness {
 	t.Helper()
+	opts := Options{Settings: s}
 	if _, err := env.Pool.Exec(context.Background(), effectsDDL); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
 	opts.Name = strings.ToLower(strings.NewReplacer("/", "_").Replace(t.Name()))
 	opts.Group, opts.Topics, opts.Bootstrap = env.Group, []string{env.Topic}, env.Endpoints.KafkaBootstrap
-	opts.CommitPeriod = 200 * time.Millisecond
+	opts.CommitInterval = 200 * time.Millisecond
 	opts.InitialBackoff, opts.MaxBackoff = 10*time.Millisecond, 50*time.Millisecond
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -277,7 +278,7 @@ func testBatchIsolatesPoison(t *testing.T, handler Handler, poison string) {
 		recs = append(recs, r)
 	}
 	produce(t, env.Endpoints.KafkaBootstrap, env.Topic, recs)
-	h := start(t, env, Options{BatchSize: 25, Workers: 2}, handler)
+	h := start(t, env, Settings{BatchSize: 25, Workers: 2}, handler)
 	h.waitCommitted(t)
 
 	effects := h.effects(t)
@@ -332,7 +333,7 @@ func TestOrderUnderRetries(t *testing.T) {
 		}
 		return nil
 	}
-	h := start(t, env, Options{BatchSize: 4, Workers: 3, MaxAttempts: 3}, fakeHandler{fail: fail})
+	h := start(t, env, Settings{BatchSize: 4, Workers: 3, MaxAttempts: 3}, fakeHandler{fail: fail})
 	h.waitCommitted(t)
 
 	effects := h.effects(t)
@@ -377,7 +378,7 @@ func TestExhaustedAttempts(t *testing.T) {
 		}
 		return nil
 	}
-	h := start(t, env, Options{BatchSize: 10, MaxAttempts: 3}, fakeHandler{fail: fail})
+	h := start(t, env, Settings{BatchSize: 10, MaxAttempts: 3}, fakeHandler{fail: fail})
 	h.waitCommitted(t)
 
 	effects := h.effects(t)

@@ -28,7 +28,7 @@ func TestPanicIsAFailedAttempt(t *testing.T) {
 		return nil
 	}
 	const maxAttempts = 3
-	h := start(t, env, Options{BatchSize: 10, MaxAttempts: maxAttempts}, fakeHandler{fail: fail})
+	h := start(t, env, Settings{BatchSize: 10, MaxAttempts: maxAttempts}, fakeHandler{fail: fail})
 	h.waitCommitted(t)
 
 	effects := h.effects(t)

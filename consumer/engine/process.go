@@ -194,11 +194,11 @@ func (r *Runtime) deadLetter(p *partition, m *kafka.Message, eventID string, f d
 		if p.ctx.Err() != nil {
 			return false // revoked before this write: the next owner decides
 		}
-		err := r.dlq.write(rec)
+		err := r.dlq.Write(rec)
 		if err == nil {
 			break
 		}
-		if p.ctx.Err() != nil || r.dlq.fatal() != nil {
+		if p.ctx.Err() != nil || r.dlq.Fatal() != nil {
 			// A fatal producer error ends Run; the record is redelivered
 			// to the next process.
 			return false

@@ -106,7 +106,7 @@ func testRefusingDatabaseWaits(t *testing.T, tt refusal) {
 		execOn(t, env, q)
 	}
 	const maxAttempts = 2
-	h := start(t, env, Options{Workers: 4, BatchSize: 10, MaxAttempts: maxAttempts, AttemptTimeout: 500 * time.Millisecond,
+	h := start(t, env, Settings{Workers: 4, BatchSize: 10, MaxAttempts: maxAttempts, AttemptTimeout: 500 * time.Millisecond,
 		ProbeTimeout: 300 * time.Millisecond}, probingHandler{})
 	var recs []record
 	wave := func(n int, payload string) {

@@ -63,7 +63,7 @@ func consumerSettings(o Options) kafka.ConfigMap {
 		// DLQ ack) and committed periodically, on revoke and on close.
 		"enable.auto.offset.store": false,
 		"enable.auto.commit":       true,
-		"auto.commit.interval.ms":  int(o.CommitPeriod / time.Millisecond),
+		"auto.commit.interval.ms":  int(o.CommitInterval / time.Millisecond),
 		"session.timeout.ms":       int(o.SessionTimeout / time.Millisecond),
 		"max.poll.interval.ms":     int(maxPollInterval / time.Millisecond),
 		"heartbeat.interval.ms":    int(max(o.SessionTimeout/10, 100*time.Millisecond) / time.Millisecond),

@@ -16,7 +16,7 @@ func TestConsumerSettingsFetchWait(t *testing.T) {
 		t.Fatalf("fetch.min.bytes %d must be at most max.partition.fetch.bytes %d, itself at most fetch.max.bytes %d, "+
 			"or one partition's records could never end the wait", fetchGatherBytes, partitionFetchBytes, fetchMaxBytes)
 	}
-	o := DefaultOptions()
+	o := Options{Settings: DefaultSettings()}
 	o.Group = "settings-test"
 	for _, tt := range []struct {
 		wait               time.Duration

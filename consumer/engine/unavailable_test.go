@@ -71,7 +71,7 @@ func TestUnavailableDatabaseWaits(t *testing.T) {
 	const maxAttempts, attemptTimeout = 2, 500 * time.Millisecond
 	// One record per transaction: the blocked transaction is an attempt of
 	// its own, so its timeout goes through the probe.
-	h := startOn(t, env, db, Options{Workers: 4, BatchSize: 1, MaxAttempts: maxAttempts, AttemptTimeout: attemptTimeout,
+	h := startOn(t, env, db, Settings{Workers: 4, BatchSize: 1, MaxAttempts: maxAttempts, AttemptTimeout: attemptTimeout,
 		ProbeTimeout: 300 * time.Millisecond}, fakeHandler{fail: blockInFlight})
 	var recs []record
 	wave := func(n int, first string) {
@@ -151,7 +151,7 @@ func TestRetriesHoldNoWorkerSlot(t *testing.T) {
 		}
 		return nil
 	}
-	h := start(t, env, Options{Workers: 1, BatchSize: 1, MaxAttempts: 2, NotFoundGrace: time.Hour}, fakeHandler{fail: fail})
+	h := start(t, env, Settings{Workers: 1, BatchSize: 1, MaxAttempts: 2, NotFoundGrace: time.Hour}, fakeHandler{fail: fail})
 
 	testenv.Eventually(t, 60*time.Second, "partition 1 applied while partition 0 retries", func() error {
 		effects := h.effects(t)
@@ -216,13 +216,13 @@ func TestFatalDLQProducerErrorEndsRun(t *testing.T) {
 			return nil
 		}
 		select {
-		case injected <- rtp.Load().dlq.producer.TestFatalError(kafka.ErrOutOfOrderSequenceNumber, "injected by the test"):
+		case injected <- rtp.Load().dlq.Kafka().TestFatalError(kafka.ErrOutOfOrderSequenceNumber, "injected by the test"):
 		default:
 		}
 		return fmt.Errorf("%w: rejected so that it is dead-lettered", ErrInvalid)
 	}
 	opts := Options{Name: "fatal_dlq", Group: env.Group, Topics: []string{env.Topic}, Bootstrap: env.Endpoints.KafkaBootstrap,
-		BatchSize: 1, CommitPeriod: 200 * time.Millisecond, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+		Settings: Settings{BatchSize: 1, CommitInterval: 200 * time.Millisecond, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}}
 	rt := New(opts, PoolDB{env.Pool}, fakeHandler{fail: fail}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	rtp.Store(rt)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -292,7 +292,7 @@ func TestAttemptTimeoutClassifiedByProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	r := New(Options{Name: "probe", AttemptTimeout: 300 * time.Millisecond, ProbeTimeout: 5 * time.Second},
+	r := New(Options{Name: "probe", Settings: Settings{AttemptTimeout: 300 * time.Millisecond, ProbeTimeout: 5 * time.Second}},
 		PoolDB{pool}, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ev := Event{ID: uuid.New(), Key: "k", Payload: []byte("x")}
 

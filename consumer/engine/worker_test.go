@@ -200,7 +200,7 @@ func TestStoppedPartitionStartsNothing(t *testing.T) {
 		t.Error("a stopped partition began a transaction")
 		return nil, errors.New("began")
 	}}
-	r := New(Options{Name: "stopped", Workers: 2}, db, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := New(Options{Name: "stopped", Settings: Settings{Workers: 2}}, db, fakeHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for range 200 { // the slot and the stop are both ready: whichever select picks, nothing begins
 		if _, err := r.attempt(p, []Event{{}}); !errors.Is(err, errStopped) {
 			t.Fatalf("attempt on a stopped partition: %v, want errStopped", err)

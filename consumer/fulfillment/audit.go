@@ -73,3 +73,11 @@ func Audit(ctx context.Context, q audit.Querier, consumer string, s audit.Scope)
 	e.Unattributed, err = audit.UnattributedMarks(ctx, q, consumer, s)
 	return e, err
 }
+
+// OrderEffects is the fulfillment audit.OrderCount: the order's shipments
+// (a cancelled one included).
+func OrderEffects(ctx context.Context, q audit.RowQuerier, orderID string) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM shipments WHERE order_id::text = $1`, orderID).Scan(&n)
+	return n, err
+}

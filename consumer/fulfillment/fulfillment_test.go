@@ -71,8 +71,8 @@ func inTx(t *testing.T, env *testenv.Env, f func(tx pgx.Tx) error) error {
 
 // TestApply: OrderCreated processes a created order and ships it once,
 // however often it is applied; it leaves a cancelled order alone;
-// OrderCancelled cancels the order and its shipment; a missing order is
-// not_found and rolls back.
+// OrderCancelled cancels the order and its shipment; OrderEffects counts the
+// shipments; a missing order is not_found and rolls back.
 func TestApply(t *testing.T) {
 	env := testenv.New(t)
 	ctx := context.Background()
@@ -103,6 +103,12 @@ func TestApply(t *testing.T) {
 	}
 	if got := stateOf(t, env, gone); got != (state{"cancelled", 0, 0}) {
 		t.Fatalf("cancelled order after OrderCreated: %+v; want cancelled without shipment", got)
+	}
+	// OrderEffects counts each order's shipments, the cancelled one too.
+	for id, want := range map[string]int{open: 1, gone: 0} {
+		if n, err := OrderEffects(ctx, env.Pool, id); err != nil || n != want {
+			t.Errorf("OrderEffects of order %s: %d, %v; want %d", id, n, err, want)
+		}
 	}
 
 	missing := uuid.Must(uuid.NewV7()).String()

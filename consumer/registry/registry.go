@@ -1,9 +1,19 @@
-// Package registry lists every EventForge consumer. It is the one place that
-// does: `eventforge consumer --name` takes its choices from it, `eventforge
-// dev` starts each, and verify audits each by default. A new consumer is a
-// handler package (see package engine for the Handler contract, consumertest
-// for the suite it must pass, and package audit for the check verify runs on
-// its business tables) plus one line in consumers below.
+// Package registry lists every EventForge consumer, each with everything
+// the rest of EventForge needs to know about it. It is the one place that
+// does: `eventforge consumer --name` and the help of `eventforge dlq
+// --consumer` take their choices from it, `eventforge dev` starts each,
+// verify audits each by default and counts its effects on one order, the
+// console shows each and runs its drills on the one marked Drilled. What
+// cannot be derived from it — the deployment manifests under deploy/ and
+// the grants of the consumers' tables in schema/migrations — is checked
+// against it by the deploy tests, which name the file that lacks a
+// registered consumer.
+//
+// A new consumer is a handler package (see package engine for the Handler
+// contract, consumertest for the suite it must pass, and package audit for
+// the checks verify runs on its business tables), its migration if it has
+// tables, one entry in consumers below, and its entries in the manifests
+// that docs/architecture.md ("Where to add") lists.
 package registry
 
 import (
@@ -19,19 +29,47 @@ import (
 // Consumer is one registered consumer.
 type Consumer struct {
 	// Name names the consumer's marks (consumer, event_id), its default
-	// group DefaultGroup(Name) and its --name.
+	// group DefaultGroup(Name), its --name and its deployments
+	// (consumer-<name>).
 	Name string
 	// Handler applies its events.
 	Handler engine.Handler
 	// Audit compares its business tables with its marks (`eventforge
 	// verify`).
 	Audit audit.Check
+	// OrderEffects counts its business effects on one order, for verify's
+	// per-order audit, the console's order trace and its drills; nil when
+	// its effects are not per order (the ledger keeps per-customer
+	// counters).
+	OrderEffects audit.OrderCount
+	// Tables are the business tables it writes. Its migration creates them
+	// and, when the roles of docs/operations.md exist, grants SELECT,
+	// INSERT and UPDATE on each to eventforge_consumer and SELECT to
+	// eventforge_api (the console reads them), as
+	// schema/migrations/00005_component_grants.sql does for the first
+	// consumers; the deploy tests check the grants.
+	Tables []string
+	// Drilled marks the consumer the console's failure drills restart and
+	// count the effects of: exactly one consumer, one with OrderEffects.
+	Drilled bool
 }
 
 // consumers is every consumer, in the order `eventforge dev` starts them.
 var consumers = []Consumer{
-	{Name: fulfillment.Name, Handler: fulfillment.Handler{}, Audit: fulfillment.Audit},
-	{Name: ledger.Name, Handler: ledger.Handler{}, Audit: ledger.Audit},
+	{
+		Name:         fulfillment.Name,
+		Handler:      fulfillment.Handler{},
+		Audit:        fulfillment.Audit,
+		OrderEffects: fulfillment.OrderEffects,
+		Tables:       []string{"shipments"},
+		Drilled:      true,
+	},
+	{
+		Name:    ledger.Name,
+		Handler: ledger.Handler{},
+		Audit:   ledger.Audit,
+		Tables:  []string{"ledger"},
+	},
 }
 
 // DefaultName is the consumer `eventforge consumer` runs without --name.
@@ -54,14 +92,41 @@ func Names() []string {
 	return names
 }
 
-// Handler returns the handler of the consumer called name.
-func Handler(name string) (engine.Handler, error) {
+// Lookup returns the consumer called name.
+func Lookup(name string) (Consumer, error) {
 	for _, c := range consumers {
 		if c.Name == name {
-			return c.Handler, nil
+			return c, nil
 		}
 	}
-	return nil, fmt.Errorf("unknown consumer %q (known: %s)", name, strings.Join(Names(), ", "))
+	return Consumer{}, fmt.Errorf("unknown consumer %q (known: %s)", name, strings.Join(Names(), ", "))
+}
+
+// Handler returns the handler of the consumer called name.
+func Handler(name string) (engine.Handler, error) {
+	c, err := Lookup(name)
+	return c.Handler, err
+}
+
+// Drilled returns the name of the consumer the console's drills act on
+// (the one marked Drilled), or "" when none is.
+func Drilled() string {
+	for _, c := range consumers {
+		if c.Drilled {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// Tables returns the business tables of every registered consumer, in
+// registry order.
+func Tables() []string {
+	var tables []string
+	for _, c := range consumers {
+		tables = append(tables, c.Tables...)
+	}
+	return tables
 }
 
 // DefaultGroup returns the Kafka group of the consumer called name when none

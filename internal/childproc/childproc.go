@@ -1,8 +1,9 @@
-// Package childproc runs a program (an EventForge component, in the
-// benchmark and the end-to-end tests) as a child process in a process group
-// of its own, with its output in a log file, and stops it: SIGTERM first,
-// SIGKILL to the whole group when the grace period runs out. Usage reads a
-// process's peak memory and CPU time from /proc.
+// Package childproc runs a program (an EventForge component, under `eventforge
+// dev`'s supervisor, in the benchmark and in the end-to-end tests) as a child
+// process in a process group of its own, with its output in a log file or
+// a writer, and stops it: SIGTERM first, SIGKILL to the whole group when the
+// grace period runs out. Usage reads a process's peak memory and CPU time
+// from /proc.
 package childproc
 
 import (
@@ -10,6 +11,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,31 +24,50 @@ import (
 type Process struct {
 	// Cmd is the started command; Cmd.Process is its process.
 	Cmd *exec.Cmd
-	// Log is the file that receives its stdout and stderr.
+	// Log is the file that receives its stdout and stderr (Start; empty
+	// with StartOutput).
 	Log    string
 	exited chan struct{}
 	err    error
 }
 
 // Start starts cmd with its stdout and stderr written to a new file at
-// logPath (truncated if it exists). The process leads a process group of
-// its own, so a terminal's Ctrl-C does not reach it and Stop can kill what
-// it started too; it is killed when this process dies.
+// logPath (truncated if it exists), as StartOutput does.
 func Start(cmd *exec.Cmd, logPath string) (*Process, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("creating log %s: %w", logPath, err)
 	}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := start(cmd, f, f.Close)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	p := &Process{Cmd: cmd, Log: logPath, exited: make(chan struct{})}
+	p.Log = logPath
+	return p, nil
+}
+
+// StartOutput starts cmd with its stdout and stderr written to w. The
+// process leads a process group of its own, so a terminal's Ctrl-C does
+// not reach it and Stop can kill what it started too; it is killed when
+// this process dies.
+func StartOutput(cmd *exec.Cmd, w io.Writer) (*Process, error) {
+	return start(cmd, w, nil)
+}
+
+// start starts cmd writing to w and calls done, if not nil, once it ended.
+func start(cmd *exec.Cmd, w io.Writer, done func() error) (*Process, error) {
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Process{Cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		f.Close()
+		if done != nil {
+			_ = done()
+		}
 		close(p.exited)
 	}()
 	return p, nil

@@ -1,6 +1,7 @@
 package childproc
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -110,6 +111,21 @@ func TestStopLeavesAnEndedProcess(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(p.Err(), &ee) || ee.ExitCode() != 3 {
 		t.Errorf("Err %v, want exit status 3", p.Err())
+	}
+}
+
+func TestStartOutputWritesToTheWriter(t *testing.T) {
+	var out bytes.Buffer
+	p, err := StartOutput(exec.Command("sh", "-c", "echo to-stdout; echo to-stderr >&2"), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	if p.Err() != nil || p.Log != "" {
+		t.Fatalf("Err %v, Log %q; want exit status 0 and no log file", p.Err(), p.Log)
+	}
+	if got := out.String(); !strings.Contains(got, "to-stdout\n") || !strings.Contains(got, "to-stderr\n") {
+		t.Errorf("the writer got %q, want both lines", got)
 	}
 }
 

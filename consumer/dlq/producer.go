@@ -40,8 +40,8 @@ func NewProducer(cfg kafka.ConfigMap, logger *slog.Logger) (*Producer, error) {
 	cfg["acks"] = "all"
 	// Records go out through Produce, and Events() carries only errors,
 	// drained at once (drain): the Go client's default channels of
-	// 1,000,000 slots each (~39 MiB of heap, which the collector's heap
-	// goal doubles) are never used.
+	// 1,000,000 slots each (Go heap, which the collector's heap goal
+	// doubles) are never used.
 	cfg["go.produce.channel.size"] = 16
 	cfg["go.events.channel.size"] = 64
 	p, err := kafka.NewProducer(&cfg)

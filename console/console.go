@@ -250,13 +250,16 @@ type overview struct {
 	Supervised   bool              `json:"supervised"`
 	Components   []Component       `json:"components"`
 	SampleMillis int64             `json:"sample_interval_ms"`
+	// Alerts are the thresholds of the shipped alert rules on the charts'
+	// figures, by figure (figureAlerts).
+	Alerts map[string]alertLine `json:"alerts"`
 }
 
 func (c *Console) handleOverview(w http.ResponseWriter, _ *http.Request) {
 	o := overview{
 		Topic: c.cfg.Topic, DLQTopic: c.cfg.dlqTopic(), Slot: c.cfg.Slot, Consumers: c.cfg.Consumers,
 		DrillsOn: c.cfg.EnableDrills, Supervised: c.procs != nil, Components: []Component{},
-		SampleMillis: c.cfg.SampleInterval.Milliseconds(),
+		SampleMillis: c.cfg.SampleInterval.Milliseconds(), Alerts: figureAlerts(),
 	}
 	if c.procs != nil {
 		o.Components = c.procs.Components()

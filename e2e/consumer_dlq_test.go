@@ -108,6 +108,19 @@ func windowRetriesExhausted(t *testing.T) {
 		t.Fatalf("source topic holds %d records of event %s (want the original and one replay with %s): %+v", len(recs), ev.id, dlq.HeaderReplaySource, recs)
 	}
 
+	// Both DLQ records of the event now list as replayed (the replay of
+	// the newer one covers the older), none as pending.
+	listState := func(state string) string {
+		return eventforge(t, 0, "dlq", "list", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic,
+			"--database-url", pl.env.DatabaseURL, "--state", state).Stdout
+	}
+	if out := listState("replayed"); !strings.Contains(out, "2 records held, 2 match") || !strings.Contains(out, "pending=0 replayed=2") {
+		t.Errorf("dlq list --state replayed after the replay:\n%s", out)
+	}
+	if out := listState("pending"); !strings.Contains(out, "2 records held, 0 match") {
+		t.Errorf("dlq list --state pending after the replay:\n%s", out)
+	}
+
 	// Replaying an applied event changes nothing.
 	before := events(mustMetrics(t, addr), "fulfillment", "duplicate")
 	eventforge(t, 0, "dlq", "replay", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--all")
@@ -140,6 +153,9 @@ func windowRetriesExhausted(t *testing.T) {
 	eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--database-url", pl.env.DatabaseURL, "--all", "--yes")
 	if n := len(readDLQEntries(t, pl, topic)); n != 0 {
 		t.Fatalf("DLQ holds %d records after purge", n)
+	}
+	if out := listState("purged"); !strings.Contains(out, "0 records held, 2 match") || !strings.Contains(out, "purged=2") {
+		t.Errorf("dlq list --state purged after the purge:\n%s", out)
 	}
 	testenv.Eventually(t, 10*time.Second, "dlq gauge after purge", func() error {
 		if v := mustMetrics(t, addr).value("eventforge_dlq_events", "topic", topic); v != 0 {

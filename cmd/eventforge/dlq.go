@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -56,66 +55,6 @@ func (f dlqTopicFlags) scan(env *runEnv, r *kafka.Consumer, fn func(dlq.Entry) e
 		return nil // nothing was ever dead-lettered there
 	}
 	return err
-}
-
-type dlqListCmd struct {
-	dlqTopicFlags
-	dlqFilterFlags
-	Limit int  `name:"limit" help:"Print at most this many records (the counts cover all that match; 0 = all)." default:"100"`
-	JSON  bool `name:"json" help:"Print one JSON object per record instead of a table."`
-}
-
-func (c *dlqListCmd) Run(env *runEnv) error {
-	r, err := dlq.NewReader(c.KafkaBrokers)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	now, f := time.Now(), c.filter()
-	enc := json.NewEncoder(os.Stdout)
-	held, s := 0, dlq.NewSummary()
-	var rows []dlq.Entry
-	err = c.scan(env, r, func(e dlq.Entry) error {
-		held++
-		if !f.Match(e, now) {
-			return nil
-		}
-		if c.JSON {
-			return enc.Encode(entryJSON(e, false))
-		}
-		s.Add(e)
-		if c.Limit == 0 || len(rows) < c.Limit {
-			e.Value = nil // the table shows no payload
-			rows = append(rows, e)
-		}
-		return nil
-	})
-	if err != nil || c.JSON {
-		return err
-	}
-	printList(os.Stdout, c.Topic, held, s, rows, now)
-	return nil
-}
-
-// printList prints the summary s of the records that match and the table
-// of rows, the first of them.
-func printList(w io.Writer, topic string, held int, s dlq.Summary, rows []dlq.Entry, now time.Time) {
-	fmt.Fprintf(w, "%s: %d records held, %d match\n", topic, held, s.Total)
-	if s.Total == 0 {
-		return
-	}
-	fmt.Fprintf(w, "oldest %s ago, newest %s ago\n", age(now, s.Oldest), age(now, s.Newest))
-	fmt.Fprintf(w, "by consumer: %s\nby class:    %s\nby type:     %s\n\n", counts(s.ByConsumer), counts(s.ByClass), counts(s.ByType))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tAGE\tCONSUMER\tCLASS\tATTEMPTS\tTYPE\tEVENT ID\tKEY\tERROR")
-	for _, e := range rows {
-		fmt.Fprintf(tw, "%d:%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Partition, e.Offset, age(now, e.Timestamp), e.Consumer, e.Class,
-			e.Attempts, e.Type, e.EventID, e.Key, oneLine(e.Message, 100))
-	}
-	if more := s.Total - len(rows); more > 0 {
-		fmt.Fprintf(tw, "… %d more (raise --limit)\n", more)
-	}
-	tw.Flush()
 }
 
 func counts(m map[string]int) string {

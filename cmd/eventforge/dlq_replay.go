@@ -126,18 +126,17 @@ func (c *dlqReplayCmd) selectEntries(env *runEnv, r *kafka.Consumer, match func(
 
 // printReplays prints what a replay would publish.
 func (c *dlqReplayCmd) printReplays(env *runEnv, r *kafka.Consumer, sel *selection, match func(dlq.Entry, time.Time) bool, now time.Time) error {
-	s := dlq.NewSummary()
-	var rows []dlq.Entry
+	l := &listing{held: sel.held, summary: dlq.NewSummary()}
 	err := c.scan(env, r, func(e dlq.Entry) error {
 		if match(e, now) && sel.newest.Replays(e) {
-			s.Add(e)
+			l.summary.Add(e)
 			e.Value = nil
-			rows = append(rows, e)
+			l.rows = append(l.rows, listRow{Entry: e})
 		}
 		return nil
 	})
-	fmt.Fprintf(os.Stderr, "%d records match, %d distinct events to replay\n", sel.selected, s.Total)
-	printList(os.Stdout, c.Topic, sel.held, s, rows, now)
+	fmt.Fprintf(os.Stderr, "%d records match, %d distinct events to replay\n", sel.selected, l.summary.Total)
+	printList(os.Stdout, c.Topic, l, now)
 	return err
 }
 

@@ -70,6 +70,7 @@ type Console struct {
 	producer   *dlq.Producer // DLQ replays (dlq.Replayer)
 
 	samples *history
+	dlqs    *dlqTracker
 	commits *commitIndex
 	lastUse atomic.Int64  // Unix ns of the last ops API request
 	wake    chan struct{} // an ops API request arrived
@@ -114,6 +115,7 @@ func New(ctx context.Context, cfg Config, procs Processes, logger *slog.Logger) 
 		admin:   admin,
 		procs:   procs,
 		samples: newHistory(cfg.History),
+		dlqs:    newDLQTracker(cfg.KafkaBrokers, cfg.dlqTopic()),
 		commits: newCommitIndex(1000),
 		wake:    make(chan struct{}, 1),
 	}
@@ -181,6 +183,7 @@ func (c *Console) close() {
 		c.producer.Close()
 	}
 	c.producerMu.Unlock()
+	c.dlqs.close()
 	c.admin.Close()
 	c.kafka.Close()
 	c.pool.Close()

@@ -36,13 +36,13 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 	var entry dlq.Entry
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
 		err := c.waitFor(ctx, "the event in the DLQ", func() (bool, error) {
-			_, es, err := c.dlqEntries(ctx)
+			rs, err := c.dlqEntries(ctx)
 			if err != nil {
 				return false, err
 			}
-			for _, e := range es {
-				if e.EventID == d.EventID && e.Consumer == drilledConsumer {
-					entry = e
+			for _, r := range rs {
+				if r.EventID == d.EventID && r.Consumer == drilledConsumer {
+					entry = r.Entry
 					return true, nil
 				}
 			}

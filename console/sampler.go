@@ -51,6 +51,13 @@ type Sample struct {
 	DLQEvents *float64 `json:"dlq_events"`
 	// DLQOldestSeconds is the age of the oldest DLQ record.
 	DLQOldestSeconds *float64 `json:"dlq_oldest_seconds"`
+	// DLQPending and DLQReplayed split DLQEvents: dead letters not
+	// replayed since they were dead-lettered, and those whose event was
+	// replayed since (they stay until a purge).
+	DLQPending  *float64 `json:"dlq_pending"`
+	DLQReplayed *float64 `json:"dlq_replayed"`
+	// DLQOldestPendingSeconds is the age of the oldest pending record.
+	DLQOldestPendingSeconds *float64 `json:"dlq_oldest_pending_seconds"`
 }
 
 // history is a ring of samples.
@@ -180,30 +187,35 @@ func (s *sampler) sample(ctx context.Context) {
 	s.c.samples.add(smp)
 }
 
-// sampleDLQ counts the DLQ's records and the age of the oldest one.
+// sampleDLQ counts the DLQ's records held, pending and replayed
+// (dlqTracker), and the age of the oldest held and oldest pending one.
 func (s *sampler) sampleDLQ(ctx context.Context, now time.Time, smp *Sample) {
-	topic := s.c.cfg.dlqTopic()
-	exists, err := s.c.kafka.Exists(topic)
+	rs, err := s.c.dlqs.refresh(ctx)
 	if err != nil {
+		s.c.logger.Debug("sampling dlq", "topic", s.c.cfg.dlqTopic(), "err", err)
 		return
 	}
-	if !exists {
-		smp.DLQEvents = ptr(0.0)
-		return
+	var pending, replayed float64
+	var oldest, oldestPending time.Time
+	for _, r := range rs {
+		if oldest.IsZero() || r.Timestamp.Before(oldest) {
+			oldest = r.Timestamp
+		}
+		if r.State == dlq.StateReplayed {
+			replayed++
+			continue
+		}
+		pending++
+		if oldestPending.IsZero() || r.Timestamp.Before(oldestPending) {
+			oldestPending = r.Timestamp
+		}
 	}
-	r, err := dlq.NewReader(s.c.cfg.KafkaBrokers)
-	if err != nil {
-		return
+	smp.DLQEvents, smp.DLQPending, smp.DLQReplayed = ptr(float64(len(rs))), ptr(pending), ptr(replayed)
+	if !oldest.IsZero() {
+		smp.DLQOldestSeconds = ptr(now.Sub(oldest).Seconds())
 	}
-	defer r.Close()
-	st, err := dlq.ReadStats(ctx, r, topic)
-	if err != nil {
-		s.c.logger.Debug("sampling dlq", "topic", topic, "err", err)
-		return
-	}
-	smp.DLQEvents = ptr(float64(st.Count))
-	if !st.Oldest.IsZero() {
-		smp.DLQOldestSeconds = ptr(now.Sub(st.Oldest).Seconds())
+	if !oldestPending.IsZero() {
+		smp.DLQOldestPendingSeconds = ptr(now.Sub(oldestPending).Seconds())
 	}
 }
 

@@ -40,7 +40,7 @@ func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 			return err
 		}
 		f["second_group"] = racer
-		return c.waitFor(ctx, "both instances own the topic's partitions", func() (bool, error) {
+		return c.waitFor(ctx, waitPartitions, func() (bool, error) {
 			a, err := c.ownsPartitions(ctx, group)
 			if err != nil || !a {
 				return false, err
@@ -53,8 +53,8 @@ func runConcurrentDuplicate(ctx context.Context, d *drillRun) error {
 	if err := d.orderStep(ctx, "drill-concurrent"); err != nil {
 		return err
 	}
-	if _, err := d.settledStep(ctx, c, func(ctx context.Context, f map[string]any, rep *verify.OrderReport) error {
-		return c.waitFor(ctx, "the second instance committed past the event", func() (bool, error) {
+	if _, err := d.settledStep(ctx, c, waitSettled, func(ctx context.Context, f map[string]any, rep *verify.OrderReport) error {
+		return c.waitFor(ctx, waitSecondCommit, func() (bool, error) {
 			passed, err := c.groupPassed(ctx, racer, rep.Records)
 			f["second_group_committed"] = passed
 			return passed, err

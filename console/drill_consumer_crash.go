@@ -39,7 +39,7 @@ func runConsumerCrash(ctx context.Context, d *drillRun) error {
 	}); err != nil {
 		return err
 	}
-	rep, err := d.settledStep(ctx, c, func(_ context.Context, f map[string]any, rep *verify.OrderReport) error {
+	rep, err := d.settledStep(ctx, c, waitSession, func(_ context.Context, f map[string]any, rep *verify.OrderReport) error {
 		f["offset_committed"] = true
 		f["records"] = rep.Records
 		return nil

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"time"
 
 	"github.com/eventforge/eventforge/consumer/dlq"
 	"github.com/eventforge/eventforge/verify"
@@ -11,19 +10,10 @@ import (
 // runDLQReplay: every commit of the fulfillment consumer fails until its
 // attempts are exhausted and the event is dead-lettered; the fault is fixed
 // (the consumer restarts without it) and the DLQ record is replayed with its
-// event ID: one change.
+// event ID: one change. Should it fail before the fix, the runner restarts
+// the consumer without the failpoint (drillRunner.disarm).
 func runDLQReplay(ctx context.Context, d *drillRun) error {
 	c := d.c
-	disarmed := false
-	defer func() {
-		if !disarmed {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := c.procs.Restart(rctx, componentDrilled, ""); err != nil {
-				c.logger.Warn("disarming the drill's failpoint", "err", err)
-			}
-		}
-	}()
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
 		_, err := c.armAndWait(ctx, componentDrilled, fpCommitRejected, f)
 		return err
@@ -35,7 +25,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 	}
 	var entry dlq.Entry
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		err := c.waitFor(ctx, "the event in the DLQ", func() (bool, error) {
+		err := c.waitFor(ctx, waitDeadLettered, func() (bool, error) {
 			rs, err := c.dlqEntries(ctx)
 			if err != nil {
 				return false, err
@@ -60,7 +50,6 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 		if err := c.procs.Restart(ctx, componentDrilled, ""); err != nil {
 			return err
 		}
-		disarmed = true
 		comp, _ := c.component(componentDrilled)
 		f["pid"] = comp.PID
 		n, _, err := verify.OrderChanges(ctx, c.pool, drilledConsumer, d.OrderID)
@@ -77,7 +66,7 @@ func runDLQReplay(ctx context.Context, d *drillRun) error {
 		return err
 	}
 	return d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		rep, err := c.waitSettled(ctx, d.OrderID, func(r *verify.OrderReport) bool {
+		rep, err := c.waitSettled(ctx, d.OrderID, waitSettled, func(r *verify.OrderReport) bool {
 			return r.Deliveries >= 2 && r.BusinessChanges[drilledConsumer] >= 1
 		})
 		if err != nil {

@@ -49,7 +49,7 @@ func runRelayCrash(ctx context.Context, d *drillRun) error {
 		return err
 	}
 	if err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		return c.waitFor(ctx, "the event republished (two records)", func() (bool, error) {
+		return c.waitFor(ctx, waitRepublished, func() (bool, error) {
 			recs, err := c.orderRecords(ctx, d.OrderID)
 			if err != nil {
 				return false, err
@@ -61,7 +61,7 @@ func runRelayCrash(ctx context.Context, d *drillRun) error {
 		return err
 	}
 	return d.step(ctx, func(ctx context.Context, f map[string]any) error {
-		rep, err := c.waitSettled(ctx, d.OrderID, func(r *verify.OrderReport) bool { return r.Deliveries >= 2 })
+		rep, err := c.waitSettled(ctx, d.OrderID, waitSettled, func(r *verify.OrderReport) bool { return r.Deliveries >= 2 })
 		if err != nil {
 			return err
 		}

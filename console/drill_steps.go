@@ -47,7 +47,7 @@ func (c *Console) armAndWait(ctx context.Context, name, failpoints string, f map
 		return Component{}, err
 	}
 	var comp Component
-	err := c.waitFor(ctx, name+" running", func() (bool, error) {
+	err := c.waitFor(ctx, waitRunning, func() (bool, error) {
 		comp, _ = c.component(name)
 		return comp.Running, nil
 	})
@@ -59,7 +59,7 @@ func (c *Console) armAndWait(ctx context.Context, name, failpoints string, f map
 // failpoint) and the supervisor started the next one.
 func (c *Console) waitCrash(ctx context.Context, name string, startsBefore int, f map[string]any) (Component, error) {
 	var comp Component
-	err := c.waitFor(ctx, name+" crashed and restarted", func() (bool, error) {
+	err := c.waitFor(ctx, waitRestarted, func() (bool, error) {
 		comp, _ = c.component(name)
 		return comp.Starts > startsBefore && comp.Running, nil
 	})
@@ -68,35 +68,13 @@ func (c *Console) waitCrash(ctx context.Context, name string, startsBefore int, 
 }
 
 func (c *Console) waitSlotHeld(ctx context.Context) error {
-	return c.waitFor(ctx, "the reader holding the slot", func() (bool, error) {
+	return c.waitFor(ctx, waitSlotHeld, func() (bool, error) {
 		st, err := schema.ReadSlotStatus(ctx, c.pool, c.cfg.Slot)
 		if errors.Is(err, schema.ErrSlotNotFound) {
 			return false, nil
 		}
 		return st.Active, err
 	})
-}
-
-// waitFor polls cond every 250 ms until it holds or ctx ends.
-func (c *Console) waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
-	var last error
-	for {
-		ok, err := cond()
-		if ok && err == nil {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
-			}
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 // orderStep is the stage that creates the drill's order for customer.
@@ -177,12 +155,13 @@ func (c *Console) auditOrder(ctx context.Context, orderID string) (*verify.Order
 }
 
 // settledStep is the step that waits until the drill's order is settled
-// (waitSettled) and then runs then with its report; it returns the report.
-func (d *drillRun) settledStep(ctx context.Context, c *Console, then func(ctx context.Context, facts map[string]any, rep *verify.OrderReport) error) (*verify.OrderReport, error) {
+// (waitSettled, telling the stage it waits for id) and then runs then with
+// its report; it returns the report.
+func (d *drillRun) settledStep(ctx context.Context, c *Console, id waitID, then func(ctx context.Context, facts map[string]any, rep *verify.OrderReport) error) (*verify.OrderReport, error) {
 	var rep *verify.OrderReport
 	err := d.step(ctx, func(ctx context.Context, f map[string]any) error {
 		var err error
-		if rep, err = c.waitSettled(ctx, d.OrderID, nil); err != nil {
+		if rep, err = c.waitSettled(ctx, d.OrderID, id, nil); err != nil {
 			return err
 		}
 		return then(ctx, f, rep)
@@ -192,10 +171,10 @@ func (d *drillRun) settledStep(ctx context.Context, c *Console, then func(ctx co
 
 // waitSettled waits until every audited group committed past the order's
 // records, the fulfillment consumer applied it, and extra (if not nil)
-// holds.
-func (c *Console) waitSettled(ctx context.Context, orderID string, extra func(*verify.OrderReport) bool) (*verify.OrderReport, error) {
+// holds, telling the stage it waits for id.
+func (c *Console) waitSettled(ctx context.Context, orderID string, id waitID, extra func(*verify.OrderReport) bool) (*verify.OrderReport, error) {
 	var rep *verify.OrderReport
-	err := c.waitFor(ctx, "the order applied and every group's offset committed past it", func() (bool, error) {
+	err := c.waitFor(ctx, id, func() (bool, error) {
 		var err error
 		rep, err = c.auditOrder(ctx, orderID)
 		if err != nil {

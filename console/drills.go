@@ -52,6 +52,9 @@ type Counters struct {
 type drill struct {
 	Name   string   `json:"name"`
 	Stages []string `json:"stages"`
+	// Expect are the counters the drill ends with when the design holds:
+	// the page shows them beside the counters it got, in the same words.
+	Expect Counters `json:"expect"`
 	run    func(ctx context.Context, d *drillRun) error
 }
 
@@ -62,6 +65,10 @@ type stage struct {
 	Facts    map[string]any `json:"facts"`
 	Started  *time.Time     `json:"started_at,omitempty"`
 	Finished *time.Time     `json:"finished_at,omitempty"`
+	// WaitingFor names what the running stage waits for (a waitID), and
+	// WaitingSince since when; empty once the stage is over.
+	WaitingFor   waitID     `json:"waiting_for,omitempty"`
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
 }
 
 // drillRun is one execution of a drill.
@@ -76,6 +83,9 @@ type drillRun struct {
 	Counters *Counters `json:"counters"`
 	Error    string    `json:"error,omitempty"`
 	Started  time.Time `json:"started_at"`
+	// Disarmed are the components restarted without failpoints after the
+	// drill, so that no failpoint outlives it.
+	Disarmed []string `json:"disarmed,omitempty"`
 
 	mu      sync.Mutex
 	resume  chan struct{}
@@ -184,6 +194,7 @@ func (r *drillRunner) handleStart(w http.ResponseWriter, req *http.Request) {
 	go func() {
 		defer r.wg.Done()
 		err := d.run(r.ctx, run)
+		run.setDisarmed(r.disarm(run.armed()))
 		run.finish(err)
 		if err != nil {
 			r.c.logger.Warn("drill failed", "drill", d.Name, "run", run.ID, "order_id", run.OrderID, "err", err)
@@ -238,7 +249,7 @@ func (d *drillRun) snapshot() *drillRun {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cp := &drillRun{ID: d.ID, Drill: d.Drill, Mode: d.Mode, State: d.State, OrderID: d.OrderID, EventID: d.EventID,
-		Error: d.Error, Started: d.Started, Stages: make([]stage, len(d.Stages))}
+		Error: d.Error, Started: d.Started, Stages: make([]stage, len(d.Stages)), Disarmed: d.Disarmed}
 	for i, s := range d.Stages {
 		facts := make(map[string]any, len(s.Facts))
 		for k, v := range s.Facts {
@@ -295,7 +306,7 @@ func (d *drillRun) step(ctx context.Context, fn func(ctx context.Context, facts 
 
 	facts := map[string]any{}
 	sctx, cancel := context.WithTimeout(ctx, stageTimeout)
-	err := fn(sctx, facts)
+	err := fn(withWaitNote(sctx, func(id waitID) { d.waiting(i, id) }), facts)
 	cancel()
 	end := time.Now().UTC()
 	d.mu.Lock()
@@ -304,6 +315,7 @@ func (d *drillRun) step(ctx context.Context, fn func(ctx context.Context, facts 
 		d.Stages[i].Facts[k] = v
 	}
 	d.Stages[i].Finished = &end
+	d.Stages[i].WaitingFor, d.Stages[i].WaitingSince = "", nil
 	if err != nil {
 		d.Stages[i].State = "failed"
 		return fmt.Errorf("stage %s: %w", d.Stages[i].ID, err)
@@ -318,6 +330,56 @@ func (d *drillRun) setOrder(orderID, eventID string) {
 	d.mu.Unlock()
 }
 
+// waiting notes that stage i waits for id, from now on.
+func (d *drillRun) waiting(i int, id waitID) {
+	now := time.Now().UTC()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.Stages[i].WaitingFor != id {
+		d.Stages[i].WaitingFor, d.Stages[i].WaitingSince = id, &now
+	}
+}
+
+func (d *drillRun) setDisarmed(components []string) {
+	d.mu.Lock()
+	d.Disarmed = components
+	d.mu.Unlock()
+}
+
+// armed returns the components the run restarted with failpoints (the
+// "component" and "failpoints" facts of armAndWait).
+func (d *drillRun) armed() map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]bool{}
+	for _, s := range d.Stages {
+		if name, ok := s.Facts["component"].(string); ok && s.Facts["failpoints"] != "" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// disarm restarts, without failpoints, each of the components a drill
+// armed whose running process still has failpoints (armed for one hit
+// that did not fire, or a delay that did): a drill leaves none behind.
+func (r *drillRunner) disarm(armed map[string]bool) []string {
+	var out []string
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), stageTimeout)
+	defer cancel()
+	for _, comp := range r.c.procs.Components() {
+		if !armed[comp.Name] || comp.Failpoints == "" {
+			continue
+		}
+		if err := r.c.procs.Restart(ctx, comp.Name, ""); err != nil {
+			r.c.logger.Warn("disarming a drill's failpoints", "component", comp.Name, "err", err)
+			continue
+		}
+		out = append(out, comp.Name)
+	}
+	return out
+}
+
 func (d *drillRun) setCounters(c Counters) {
 	d.mu.Lock()
 	d.Counters = &c
@@ -328,9 +390,13 @@ func (d *drillRun) setCounters(c Counters) {
 // them; each drill's run function lives in a drill_<name>.go file.
 func drillCatalog() []drill {
 	return []drill{
-		{Name: "relay-crash", Stages: []string{"arm", "order", "crash", "republish", "dedupe"}, run: runRelayCrash},
-		{Name: "consumer-crash", Stages: []string{"arm", "order", "crash", "redeliver", "dedupe"}, run: runConsumerCrash},
-		{Name: "concurrent-duplicate", Stages: []string{"arm", "order", "race", "dedupe"}, run: runConcurrentDuplicate},
-		{Name: "dlq-replay", Stages: []string{"arm", "order", "dead-letter", "fix", "replay", "applied"}, run: runDLQReplay},
+		{Name: "relay-crash", Stages: []string{"arm", "order", "crash", "republish", "dedupe"}, run: runRelayCrash,
+			Expect: Counters{LogicalEvents: 1, Deliveries: 2, ConsumerDeliveries: 2, Marks: 1, BusinessChanges: 1}},
+		{Name: "consumer-crash", Stages: []string{"arm", "order", "crash", "redeliver", "dedupe"}, run: runConsumerCrash,
+			Expect: Counters{LogicalEvents: 1, Deliveries: 1, ConsumerDeliveries: 2, Marks: 1, BusinessChanges: 1}},
+		{Name: "concurrent-duplicate", Stages: []string{"arm", "order", "race", "dedupe"}, run: runConcurrentDuplicate,
+			Expect: Counters{LogicalEvents: 1, Deliveries: 1, ConsumerDeliveries: 2, Marks: 1, BusinessChanges: 1}},
+		{Name: "dlq-replay", Stages: []string{"arm", "order", "dead-letter", "fix", "replay", "applied"}, run: runDLQReplay,
+			Expect: Counters{LogicalEvents: 1, Deliveries: 2, ConsumerDeliveries: 2, Marks: 1, BusinessChanges: 1, DeadLettered: 1}},
 	}
 }

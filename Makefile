@@ -105,7 +105,7 @@ test-locales: ## Generate the de_DE.UTF-8 locale the api tests use (as root)
 	fi
 
 .PHONY: test
-test: build openapi-validator web-deps browser-deps test-locales ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
+test: build openapi-validator web-deps web-test browser-deps test-locales ## Run every test on real PostgreSQL + Kafka (starts and stops them if needed), then bench-smoke
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	$(STOP_STARTED); \
 	trap stop_started EXIT; \
@@ -319,6 +319,10 @@ web-deps: ## Install the pinned front-end toolchain (npm ci in web/)
 .PHONY: web
 web: web-deps ## Build the console front end into console/ui
 	cd web && node build.mjs
+
+.PHONY: web-test
+web-test: web-deps ## Run the front end's unit tests (axes, the Russian bundle) with node --test
+	cd web && node --test test/
 
 .PHONY: web-check
 web-check: web ## Fail if console/ui differs from a fresh build of web/

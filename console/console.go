@@ -38,6 +38,11 @@ type Component struct {
 	LastExit string `json:"last_exit,omitempty"`
 	// LastExitAt is when the previous process ended.
 	LastExitAt *time.Time `json:"last_exit_at,omitempty"`
+	// LastExitCode is the previous process's exit status, -1 when a signal
+	// (LastExitSignal, e.g. "SIGKILL") or something else ended it; the page
+	// says LastExit in its own words from these two.
+	LastExitCode   int    `json:"last_exit_code"`
+	LastExitSignal string `json:"last_exit_signal,omitempty"`
 }
 
 // Processes is what the drills need from the supervisor that runs the

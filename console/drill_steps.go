@@ -63,7 +63,8 @@ func (c *Console) waitCrash(ctx context.Context, name string, startsBefore int, 
 		comp, _ = c.component(name)
 		return comp.Starts > startsBefore && comp.Running, nil
 	})
-	f["last_exit"], f["starts"] = comp.LastExit, comp.Starts
+	f["last_exit"] = map[string]any{"last_exit": comp.LastExit, "last_exit_code": comp.LastExitCode, "last_exit_signal": comp.LastExitSignal}
+	f["starts"] = comp.Starts
 	return comp, err
 }
 

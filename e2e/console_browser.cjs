@@ -1,8 +1,8 @@
 // Browser test of the EventForge console, run by TestConsoleBrowser
 // (console_test.go) with NODE_PATH=web/node_modules. playwright-core drives
 // Debian's chromium (CHROMIUM, never a downloaded browser) against
-// CONSOLE_URL; screenshots go to ARTIFACTS. The last line printed is
-// "SUMMARY {json}" for the Go test.
+// CONSOLE_URL; screenshots go to ARTIFACTS, and also to CONSOLE_SHOTS when
+// that is set. The last line printed is "SUMMARY {json}" for the Go test.
 "use strict";
 
 const fs = require("node:fs");
@@ -15,6 +15,7 @@ const BASE = process.env.CONSOLE_URL;
 const ARTIFACTS = process.env.ARTIFACTS;
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const TOKEN = process.env.OPS_TOKEN || "";
+const SHOTS = process.env.CONSOLE_SHOTS || "";
 const ORIGIN = new URL(BASE).origin;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -27,11 +28,33 @@ function log(...args) {
   console.log(new Date().toISOString().slice(11, 23), ...args);
 }
 
-async function shot(page, name) {
+// shot takes a screenshot of the page, or of the element locator names.
+async function shot(page, name, locator) {
   const file = path.join(ARTIFACTS, name + ".png");
-  await page.screenshot({ path: file, fullPage: true });
+  if (locator) await locator.screenshot({ path: file });
+  else await page.screenshot({ path: file, fullPage: true });
   shots.push(file);
+  if (SHOTS) fs.copyFileSync(file, path.join(SHOTS, name + ".png"));
   log("screenshot", file);
+}
+
+// setLang switches the page to lang with the toggle.
+async function setLang(page, lang) {
+  if ((await page.evaluate(() => document.documentElement.lang)) !== lang) await page.click("#lang-toggle");
+  await page.waitForFunction((l) => document.documentElement.lang === l, lang);
+}
+
+// tabsReachable: every tab of the bar lies inside the viewport, visible,
+// and opens its view when clicked (a bar that wraps, no hidden overflow).
+async function tabsReachable(page, what) {
+  const iw = await page.evaluate(() => window.innerWidth);
+  const ids = await page.$$eval(".tabs .tab", (els) => els.map((e) => e.id));
+  assert.ok(ids.length >= 4, `${what}: ${ids.length} tabs`);
+  for (const id of ids) {
+    const box = await page.locator("#" + id).boundingBox();
+    assert.ok(box && box.x >= 0 && box.x + box.width <= iw + 0.5, `${what}: tab ${id} at ${JSON.stringify(box)} leaves the ${iw}px viewport`);
+    await page.locator("#" + id).click({ trial: true });
+  }
 }
 
 async function noHorizontalScroll(page, what) {
@@ -50,7 +73,7 @@ async function focusByTab(page, selector, max = 40) {
 }
 
 async function counters(page) {
-  const read = async (id) => Number(await page.locator(`[data-counter="${id}"] .value, [data-counter="${id}"] dd`).first().innerText());
+  const read = async (id) => Number(await page.locator(`[data-counter="${id}"] .value`).first().innerText());
   return {
     logical_events: await read("logical"),
     deliveries: await read("deliveries"),
@@ -119,15 +142,26 @@ async function deliveryPath(page) {
   await page.waitForFunction(() => document.documentElement.lang === "ru");
   assert.equal((await page.locator("#tab-path").innerText()).trim(), "Путь доставки");
   assert.equal((await page.locator('[data-state-tile="order"] dd').innerText()).trim(), "обработан");
+  assert.equal((await page.locator('[data-state-tile="effect"] dd').innerText()).trim(), "1 изменение");
   await shot(page, "03-delivery-path-ru");
   await page.click("#lang-toggle");
   await page.waitForFunction(() => document.documentElement.lang === "en");
   assert.equal((await page.locator("#tab-path").innerText()).trim(), "Delivery path");
 
+  // The glossary, from a term in a step's sentence.
+  await page.locator('.node .sentence a.term[data-term="lsn"]').first().click();
+  await page.waitForFunction(() => location.hash === "#/glossary/lsn");
+  await page.locator("#term-lsn.current").waitFor();
+  for (const term of ["lsn", "walsender", "slot", "mark", "failpoint", "outbox", "dlq"]) await page.locator("#term-" + term).waitFor();
+  await shot(page, "14-glossary");
+  await page.goBack();
+  await page.locator("#send-order").waitFor();
+
   // Phone width.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(300);
   await noHorizontalScroll(page, "delivery path at phone width");
+  await tabsReachable(page, "390 px");
   await shot(page, "04-delivery-path-phone");
   await page.setViewportSize({ width: 1280, height: 900 });
 }
@@ -142,6 +176,16 @@ const DRILLS = [
 async function drills(page) {
   await page.goto(BASE + "/ui/#/drills", { waitUntil: "load" });
   await page.locator('[data-drill="relay-crash"] input').waitFor();
+  // The expected line speaks the counters' words.
+  const expect = (await page.locator('[data-expect="concurrent-duplicate"]').innerText()).trim();
+  for (const part of ["Records in Kafka: 1", "Deliveries to the consumer: 2", "processed_events marks: 1", "Business changes: 1"]) {
+    assert.ok(expect.includes(part), `concurrent-duplicate expects "${expect}", without "${part}"`);
+  }
+  // The glossary from the drills' intro.
+  await page.locator('.intro a.term[data-term="failpoint"]').click();
+  await page.locator("#term-failpoint.current").waitFor();
+  await page.goBack();
+  await page.locator('[data-drill="relay-crash"] input').waitFor();
   await shot(page, "05-drills-picker");
   for (const d of DRILLS) {
     log("drill", d.name, d.mode);
@@ -150,7 +194,12 @@ async function drills(page) {
     await page.locator(`[data-run-drill="${d.name}"]`).waitFor();
     const deadline = Date.now() + 240_000;
     let pauses = 0;
+    const waits = new Set();
     for (;;) {
+      for (const w of await page.$$eval("[data-waiting-for]", (els) => els.map((e) => e.getAttribute("data-waiting-for")))) {
+        if (!waits.has(w) && w === "session_timeout") await shot(page, `06-drill-${d.name}-waiting`);
+        waits.add(w);
+      }
       const state = await page.locator(`[data-run-drill="${d.name}"]`).getAttribute("data-run-state");
       if (state === "done") break;
       if (state === "failed") throw new Error(`drill ${d.name} failed: ${await page.locator("#run-state").innerText()}`);
@@ -176,6 +225,12 @@ async function drills(page) {
       await page.waitForTimeout(300);
     }
     if (d.mode === "step") assert.ok(pauses >= 3, `step mode paused ${pauses} times`);
+    if (d.name === "consumer-crash") assert.ok(waits.has("session_timeout"), `consumer-crash never said it waits for the session timeout (saw ${[...waits]})`);
+    // Done: no stale error, every counter as expected, and no failpoint
+    // left on a process.
+    assert.equal(await page.locator(".drill-main .error").count(), 0, `drill ${d.name}: an error stays after Done`);
+    assert.equal(await page.locator(".counter.off").count(), 0, `drill ${d.name}: a counter differs from its expectation`);
+    await page.waitForFunction(() => document.querySelectorAll(".procs .fp").length === 0, null, { timeout: 30_000 });
     const got = await counters(page);
     for (const [k, v] of Object.entries(d.want)) assert.equal(got[k], v, `drill ${d.name}: counter ${k}`);
     const orderID = (await page.locator("#drill-order-id").innerText()).trim();
@@ -184,22 +239,38 @@ async function drills(page) {
     log("drill", d.name, "order", orderID, JSON.stringify(got));
     await shot(page, `07-drill-${d.name}`);
   }
-  await page.click("#lang-toggle");
-  await page.waitForFunction(() => document.documentElement.lang === "ru");
+  await setLang(page, "ru");
+  assert.match(await page.locator('[data-component="cdc"]').innerText(), /убит сигналом SIGKILL|завершился с кодом/);
   await shot(page, "08-drills-ru");
-  await page.click("#lang-toggle");
+  await setLang(page, "en");
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(300);
   await noHorizontalScroll(page, "drills at phone width");
+  await tabsReachable(page, "drills at 390 px");
   await shot(page, "09-drills-phone");
   await page.setViewportSize({ width: 1280, height: 900 });
+}
+
+// axis reads the labels a chart's axis drew (data-axis-<scale>).
+async function axis(page, chart, scale) {
+  const v = await page.locator(`[data-chart="${chart}"] .uplot`).getAttribute("data-axis-" + scale);
+  return (v || "").split("|").filter(Boolean);
 }
 
 async function operations(page) {
   await page.goto(BASE + "/ui/#/ops", { waitUntil: "load" });
   const dlqOrder = summary.drills["dlq-replay"].order_id;
   const row = page.locator(`#dlq-table tr[data-order-id="${dlqOrder}"]`);
-  await row.waitFor({ timeout: 30_000 });
+  await row.first().waitFor({ timeout: 30_000 });
+  // The drill replayed its dead letter: the row says so, without a Replay
+  // button.
+  await page.waitForFunction((id) => {
+    const rows = [...document.querySelectorAll(`#dlq-table tr[data-order-id="${id}"]`)];
+    return rows.length > 0 && rows.every((r) => r.getAttribute("data-state") === "replayed");
+  }, dlqOrder, { timeout: 30_000 });
+  assert.equal(await row.locator("button.replay").count(), 0, "a replayed record offers no Replay button");
+  assert.match(await page.locator("#dlq-counts").innerText(), /\b1 record held\b|records held/);
+  assert.doesNotMatch(await page.locator("#dlq-counts").innerText(), /\b1 records\b/);
   // Charts need a few samples.
   await page.waitForFunction(() => {
     const el = document.querySelector('[data-now="slot-lag-bytes"]');
@@ -207,34 +278,65 @@ async function operations(page) {
   }, null, { timeout: 30_000 });
   await page.waitForFunction(() => document.querySelectorAll(".uplot").length >= 8, null, { timeout: 30_000 });
   await page.waitForTimeout(5000); // a few more points on the charts
+  // The byte axes read true; the slot charts say what they count and draw
+  // the shipped alert thresholds.
+  for (const chart of ["slot-lag-bytes", "retained-wal"]) {
+    const labels = await axis(page, chart, "y");
+    assert.ok(labels.length >= 2, `${chart}: y labels ${labels}`);
+    const unit = labels[1].split(" ")[1];
+    const step = Number(labels[1].split(" ")[0]);
+    labels.forEach((l, i) => assert.equal(l, i * step + " " + unit, `${chart}: y labels ${labels} are not evenly spaced in ${unit}`));
+    assert.ok((await page.locator(`[data-chart="${chart}"] .chart-note`).innerText()).length > 40, `${chart} says what it counts`);
+  }
+  assert.equal(await page.locator('[data-chart="slot-lag-bytes"] [data-alert="EventForgeSlotLagHigh"]').getAttribute("data-alert-value"), String(512 * 1024 * 1024));
+  assert.equal(await page.locator('[data-chart="retained-wal"] [data-alert="EventForgeRetainedWALHigh"]').count(), 1);
+  assert.match(await page.locator('[data-chart="slot-lag-bytes"] .chart-note').innerText(), /other databases/);
   await shot(page, "10-operations");
+  await shot(page, "11-dlq", page.locator("section.dlq"));
 
-  // Replay the dead-lettered event once more from the table: the event is
-  // already applied, so the business effect stays at one change.
-  await row.locator("button.replay").first().click();
-  await row.locator("button.replay", { hasText: "Replayed" }).first().waitFor({ timeout: 30_000 });
-  const trace = await page.evaluate(async (id) => (await fetch("/api/ops/orders/" + id, { headers: { Authorization: "Bearer " + sessionStorage.getItem("eventforge.opsToken") } })).json(), dlqOrder);
-  assert.equal(trace.state.changes, 1, "replay leaves one change");
-  await page.waitForFunction(async (id) => {
-    const tr = await (await fetch("/api/ops/orders/" + id, { headers: { Authorization: "Bearer " + sessionStorage.getItem("eventforge.opsToken") } })).json();
+  // Replaying the replayed event once more (the API still takes it) leaves
+  // one business change.
+  const auth = () => ({ Authorization: "Bearer " + sessionStorage.getItem("eventforge.opsToken") });
+  await page.evaluate(async ([id, h]) => {
+    const d = await (await fetch("/api/ops/dlq", { headers: h })).json();
+    const r = d.entries.find((e) => e.order_id === id);
+    const resp = await fetch("/api/ops/dlq/replay", { method: "POST", headers: { ...h, "Content-Type": "application/json" }, body: JSON.stringify({ partition: r.partition, offset: r.offset }) });
+    if (!resp.ok) throw new Error("replay: " + resp.status);
+  }, [dlqOrder, await page.evaluate(auth)]);
+  await page.waitForFunction(async ([id, h]) => {
+    const tr = await (await fetch("/api/ops/orders/" + id, { headers: h })).json();
     return tr.records.length >= 3 && tr.state.offset === "committed";
-  }, dlqOrder, { timeout: 60_000, polling: 500 });
-  const after = await page.evaluate(async (id) => (await fetch("/api/ops/orders/" + id, { headers: { Authorization: "Bearer " + sessionStorage.getItem("eventforge.opsToken") } })).json(), dlqOrder);
+  }, [dlqOrder, await page.evaluate(auth)], { timeout: 60_000, polling: 500 });
+  const after = await page.evaluate(async ([id, h]) => (await fetch("/api/ops/orders/" + id, { headers: h })).json(), [dlqOrder, await page.evaluate(auth)]);
   assert.equal(after.state.changes, 1, "after the second replay was consumed: still one change");
-  await shot(page, "11-operations-replayed");
 
-  await page.click("#lang-toggle");
-  await page.waitForFunction(() => document.documentElement.lang === "ru");
+  // Russian: no English on the time axis or the byte axes.
+  await setLang(page, "ru");
+  await page.waitForFunction(() => (document.querySelector('[data-chart="slot-lag-bytes"] .uplot') || {}).dataset?.axisX?.length > 0);
+  await page.waitForTimeout(500);
+  for (const chart of ["slot-lag-bytes", "retained-wal", "dlq"]) {
+    for (const l of [...(await axis(page, chart, "x")), ...(await axis(page, chart, "y"))]) {
+      assert.doesNotMatch(l, /[A-Za-z]/, `Russian ${chart} axis label "${l}"`);
+    }
+  }
+  assert.match((await axis(page, "slot-lag-bytes", "y"))[1] || "", /^\d+ (Б|КиБ|МиБ|ГиБ)$/);
   await shot(page, "12-operations-ru");
-  await page.click("#lang-toggle");
+  await shot(page, "12b-dlq-ru", page.locator("section.dlq"));
+  await setLang(page, "en");
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(500);
   await noHorizontalScroll(page, "operations at phone width");
+  await tabsReachable(page, "operations at 390 px");
   await shot(page, "13-operations-phone");
+  await shot(page, "13b-dlq-phone", page.locator("section.dlq"));
+  await page.click("#tab-glossary");
+  await page.locator("#glossary").waitFor();
+  await shot(page, "15-glossary-phone");
 }
 
 async function main() {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
+  if (SHOTS) fs.mkdirSync(SHOTS, { recursive: true });
   const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "eventforge-chromium-"));
   const context = await chromium.launchPersistentContext(userDataDir, {
     executablePath: CHROMIUM,

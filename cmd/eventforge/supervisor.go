@@ -163,6 +163,23 @@ func (s *supervisor) exited(ch *child, err error) {
 	defer s.mu.Unlock()
 	ch.state.PID, ch.state.Running, ch.state.Failpoints = 0, false, ""
 	ch.state.LastExit, ch.state.LastExitAt = describeExit(err), &now
+	ch.state.LastExitCode, ch.state.LastExitSignal = exitCodeOrSignal(err)
+}
+
+// exitCodeOrSignal returns how a process ended: its exit status, or the
+// signal that killed it (code -1 then).
+func exitCodeOrSignal(err error) (int, string) {
+	var ee *exec.ExitError
+	if err == nil {
+		return 0, ""
+	}
+	if !errors.As(err, &ee) {
+		return -1, ""
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -1, sigName(ws.Signal())
+	}
+	return ee.ExitCode(), ""
 }
 
 func describeExit(err error) string {

@@ -54,7 +54,7 @@ func TestSupervisorRestartsACrashedChild(t *testing.T) {
 	go func() { s.run(ctx); close(done) }()
 
 	c := waitComponent(t, s, "crashy", func(c console.Component) bool { return c.Starts == 2 && c.Running })
-	if c.LastExit != "killed by SIGKILL" || c.LastExitAt == nil {
+	if c.LastExit != "killed by SIGKILL" || c.LastExitAt == nil || c.LastExitSignal != "SIGKILL" || c.LastExitCode != -1 {
 		t.Fatalf("crashed child: %+v", c)
 	}
 	if st := waitComponent(t, s, "steady", func(c console.Component) bool { return c.Running }); st.Starts != 1 {
@@ -92,7 +92,7 @@ func TestSupervisorRestartArmsFailpointsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := waitComponent(t, s, "cdc", func(c console.Component) bool { return c.Starts == 3 && c.Running })
-	if c.Failpoints != "" || !strings.HasPrefix(c.LastExit, "exit status 1") {
+	if c.Failpoints != "" || !strings.HasPrefix(c.LastExit, "exit status 1") || c.LastExitCode != 1 || c.LastExitSignal != "" {
 		t.Fatalf("after the armed process died: %+v", c)
 	}
 	// The third process may not have written its line yet when it counts

@@ -1,41 +1,64 @@
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import { useT } from "./i18n.js";
 import { api, NotFound } from "./api.js";
 import { guard, usePoll, fmtTime } from "./util.js";
+import { Rich } from "./glossary.jsx";
 
-function Counters({ counters, drill }) {
+// COUNTERS are the drill counters in the order the page shows them: the
+// first three big; the expected line says the same words.
+const COUNTERS = [
+  ["logical", "drills.logical", "logical_events"],
+  ["deliveries", "drills.deliveries", "deliveries"],
+  ["changes", "drills.changes", "business_changes"],
+  ["consumer-deliveries", "drills.consumerDeliveries", "consumer_deliveries"],
+  ["marks", "drills.marks", "marks"],
+  ["dlq", "drills.dlq", "dead_lettered"],
+];
+
+// expectedLine is a drill's expectation in the counters' own words.
+function expectedLine(expect, t) {
+  if (!expect) return "";
+  return COUNTERS.filter(([, , k], i) => i < 3 || expect[k] > 0)
+    .map(([, label, k]) => t(label) + ": " + expect[k])
+    .join(" · ");
+}
+
+function Counters({ counters, expect, drill }) {
   const t = useT();
   if (!counters) return null;
-  const big = [
-    ["logical", "drills.logical", counters.logical_events],
-    ["deliveries", "drills.deliveries", counters.deliveries],
-    ["changes", "drills.changes", counters.business_changes],
-  ];
-  const small = [
-    ["consumer-deliveries", "drills.consumerDeliveries", counters.consumer_deliveries],
-    ["marks", "drills.marks", counters.marks],
-    ["dlq", "drills.dlq", counters.dead_lettered],
-  ];
+  const tile = ([id, label, k], big) => {
+    const want = expect ? expect[k] : undefined;
+    const off = want !== undefined && counters[k] !== want;
+    return (
+      <div class={"counter" + (big ? "" : " small") + (off ? " off" : "")} data-counter={id}>
+        <div class="value">{counters[k]}</div>
+        <div class="label">{t(label)}</div>
+        {want !== undefined && <div class="expect-value">{(off ? "✗ " : "✓ ") + t("drills.expectedValue", { n: want })}</div>}
+      </div>
+    );
+  };
   return (
     <section class="panel counters" aria-labelledby="counters-title" data-drill={drill}>
       <h2 id="counters-title">{t("drills.counters")}</h2>
-      <div class="big-counters">
-        {big.map(([id, label, v]) => (
-          <div class="counter" data-counter={id}>
-            <div class="value">{v}</div>
-            <div class="label">{t(label)}</div>
-          </div>
-        ))}
-      </div>
-      <dl class="small-counters">
-        {small.map(([id, label, v]) => (
-          <div data-counter={id}>
-            <dt>{t(label)}</dt>
-            <dd>{v}</dd>
-          </div>
-        ))}
-      </dl>
+      <div class="big-counters">{COUNTERS.slice(0, 3).map((c) => tile(c, true))}</div>
+      <div class="big-counters small-row">{COUNTERS.slice(3).map((c) => tile(c, false))}</div>
     </section>
+  );
+}
+
+// Waiting says what a running stage waits for and for how long.
+function Waiting({ stage }) {
+  const t = useT();
+  const [, setTick] = useState(0);
+  useEffect(() => {
+    const id = setInterval(() => setTick((n) => n + 1), 1000);
+    return () => clearInterval(id);
+  }, []);
+  const s = Math.max(0, Math.round((Date.now() - new Date(stage.waiting_since).getTime()) / 1000));
+  return (
+    <p class="waiting" data-waiting-for={stage.waiting_for} aria-live="polite">
+      <Rich text={t("drills.waitingFor", { what: t("wait." + stage.waiting_for), s })} />
+    </p>
   );
 }
 
@@ -44,10 +67,17 @@ function factText(v, t) {
   if (v === true) return t("common.yes");
   if (v === false) return t("common.no");
   if (Array.isArray(v)) {
-    return v.map((r) => (r && typeof r === "object" && "partition" in r ? "p" + r.partition + "@" + r.offset + (r.replay ? " (replay)" : "") : JSON.stringify(r))).join(", ") || "—";
+    return v.map((r) => (r && typeof r === "object" && "partition" in r ? "p" + r.partition + "@" + r.offset + (r.replay ? " (" + t("drills.replayTag") + ")" : "") : JSON.stringify(r))).join(", ") || "—";
   }
   if (typeof v === "object") return Object.entries(v).map(([k, x]) => k + ": " + factText(x, t)).join(", ");
   return String(v);
+}
+
+// exitText says how a process ended in t's words.
+function exitText(c, t) {
+  if (c.last_exit_signal) return t("exit.signal", { signal: c.last_exit_signal });
+  if (c.last_exit_code >= 0) return t("exit.status", { code: c.last_exit_code });
+  return c.last_exit;
 }
 
 function Processes({ components }) {
@@ -68,7 +98,7 @@ function Processes({ components }) {
             {c.failpoints && <code class="fp">{c.failpoints}</code>}
             {c.last_exit && (
               <span class="muted">
-                {t("drills.lastExit")}: {c.last_exit} {c.last_exit_at ? "· " + fmtTime(c.last_exit_at) : ""}
+                {t("drills.lastExit")}: {exitText(c, t)} {c.last_exit_at ? "· " + fmtTime(c.last_exit_at) : ""}
               </span>
             )}
           </li>
@@ -121,7 +151,10 @@ export function Drills({ auth }) {
       if (!run) return;
       try {
         const r = await guard(auth, api.drillRun(run.id));
-        if (r) setRun(r);
+        if (r) {
+          setRun(r);
+          if (r.state === "done") setError("");
+        }
       } catch (e) {
         setError(String(e.message || e));
       }
@@ -141,27 +174,39 @@ export function Drills({ auth }) {
     }
   };
   const cont = async () => {
+    setError("");
     try {
       const r = await guard(auth, api.continueDrill(run.id));
       if (r) setRun(r);
     } catch (e) {
-      setError(String(e.message || e));
+      // The run moved on meanwhile (409: not paused): the next poll shows
+      // where it is; any other error is shown.
+      if (!String(e.message || e).startsWith("409")) setError(String(e.message || e));
     }
   };
 
   if (catalog === false) {
     return (
       <div class="view">
-        <p class="notice" id="drills-off">{t("drills.off")}</p>
+        <p class="notice" id="drills-off">
+          <Rich text={t("drills.off")} />
+        </p>
       </div>
     );
   }
   const drills = catalog || [];
   const shown = run ? drills.find((d) => d.name === run.drill) : drills.find((d) => d.name === selected);
+  const runDrill = run && drills.find((d) => d.name === run.drill);
   return (
     <div class="view">
-      <p class="intro">{t("drills.intro")}</p>
-      {!supervised && <p class="notice">{t("drills.unsupervised")}</p>}
+      <p class="intro">
+        <Rich text={t("drills.intro")} />
+      </p>
+      {!supervised && (
+        <p class="notice">
+          <Rich text={t("drills.unsupervised")} />
+        </p>
+      )}
       <div class="drills-layout">
         <fieldset class="picker" disabled={active}>
           <legend>{t("drills.pick")}</legend>
@@ -170,9 +215,11 @@ export function Drills({ auth }) {
               <input type="radio" name="drill" value={d.name} checked={selected === d.name} onChange={() => setSelected(d.name)} />
               <span>
                 <strong>{t("drill." + d.name + ".title")}</strong>
-                <span class="muted">{t("drill." + d.name + ".text")}</span>
-                <span class="expect">
-                  {t("drills.expected")}: {t("drill." + d.name + ".expect")}
+                <span class="muted">
+                  <Rich text={t("drill." + d.name + ".text")} />
+                </span>
+                <span class="expect" data-expect={d.name}>
+                  {t("drills.expected")}: {expectedLine(d.expect, t)}
                 </span>
               </span>
             </label>
@@ -210,13 +257,16 @@ export function Drills({ auth }) {
                     <span class={"pill " + (s.state === "done" ? "ok" : s.state === "failed" ? "bad" : s.state === "running" ? "run" : "wait")}>
                       {t("common." + s.state)}
                     </span>
-                    <p>{t("drill." + run.drill + "." + s.id)}</p>
+                    <p>
+                      <Rich text={t("drill." + run.drill + "." + s.id)} />
+                    </p>
+                    {s.state === "running" && s.waiting_for && <Waiting stage={s} />}
                     {Object.keys(s.facts).length > 0 && (
                       <dl class="facts">
                         {Object.entries(s.facts).map(([k, v]) => (
                           <div>
                             <dt>{t("dfact." + k) === "dfact." + k ? k.replace(/_/g, " ") : t("dfact." + k)}</dt>
-                            <dd class="mono">{factText(v, t)}</dd>
+                            <dd class="mono">{k === "last_exit" && v && typeof v === "object" ? exitText(v, t) : factText(v, t)}</dd>
                           </div>
                         ))}
                       </dl>
@@ -224,7 +274,12 @@ export function Drills({ auth }) {
                   </li>
                 ))}
               </ol>
-              <Counters counters={run.counters} drill={run.drill} />
+              {run.disarmed && run.disarmed.length > 0 && run.state !== "running" && (
+                <p class="muted" id="drill-disarmed">
+                  {t("drills.disarmed", { list: run.disarmed.join(", ") })}
+                </p>
+              )}
+              <Counters counters={run.counters} expect={runDrill && runDrill.expect} drill={run.drill} />
             </div>
           )}
           {!run && shown && (
@@ -232,7 +287,9 @@ export function Drills({ auth }) {
               {shown.stages.map((s) => (
                 <li class="stage pending" data-stage={s}>
                   <span class="pill wait">{t("common.pending")}</span>
-                  <p>{t("drill." + shown.name + "." + s)}</p>
+                  <p>
+                    <Rich text={t("drill." + shown.name + "." + s)} />
+                  </p>
                 </li>
               ))}
             </ol>

@@ -7,16 +7,20 @@ import { getToken, setToken } from "./api.js";
 import { DeliveryPath } from "./path.jsx";
 import { Drills } from "./drills.jsx";
 import { Operations } from "./ops.jsx";
+import { Glossary } from "./glossary.jsx";
 
 const VIEWS = [
   { id: "path", label: "nav.path" },
   { id: "drills", label: "nav.drills" },
   { id: "ops", label: "nav.ops" },
+  { id: "glossary", label: "nav.glossary" },
 ];
 
+// currentView reads the view and its argument from the address:
+// #/<view>[/<arg>], e.g. #/glossary/lsn.
 function currentView() {
-  const id = location.hash.replace(/^#\/?/, "");
-  return VIEWS.some((v) => v.id === id) ? id : "path";
+  const [id, arg] = location.hash.replace(/^#\/?/, "").split("/");
+  return VIEWS.some((v) => v.id === id) ? { id, arg: arg || "" } : { id: "path", arg: "" };
 }
 
 // TokenPrompt asks for the ops bearer token after a 401.
@@ -46,11 +50,12 @@ function TokenPrompt({ onSaved, refused }) {
 
 function Shell() {
   const t = useT();
-  const [view, setView] = useState(currentView());
+  const [route, setRoute] = useState(currentView());
+  const view = route.id;
   const [needToken, setNeedToken] = useState(false);
   const [authEpoch, setAuthEpoch] = useState(0);
   useEffect(() => {
-    const onHash = () => setView(currentView());
+    const onHash = () => setRoute(currentView());
     addEventListener("hashchange", onHash);
     return () => removeEventListener("hashchange", onHash);
   }, []);
@@ -90,6 +95,7 @@ function Shell() {
         {view === "path" && <DeliveryPath auth={auth} />}
         {view === "drills" && <Drills auth={auth} />}
         {view === "ops" && <Operations auth={auth} />}
+        {view === "glossary" && <Glossary term={route.arg} />}
       </main>
     </div>
   );

@@ -2,41 +2,128 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import { useT } from "./i18n.js";
 import { api } from "./api.js";
-import { fmtAge, fmtBytes, fmtNum, fmtTime, guard, short, usePoll } from "./util.js";
+import { byteAxis, byteLabels, byteRange, timeLabels } from "./axis.js";
+import { byteUnits, fmtAge, fmtBytes, fmtNum, guard, usePoll } from "./util.js";
+import { Rich } from "./glossary.jsx";
+import { DLQTable } from "./dlq.jsx";
 
 const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2"];
+const ALERT_COLOR = { warning: "#d97706", critical: "#dc2626" };
+const HEIGHT = 170;
+// PLOT_PX is the plot area's height within HEIGHT (less the time axis):
+// the byte axis lays its ticks out for it.
+const PLOT_PX = 130;
+const COUNT_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6];
+
+// formatter returns how a chart of kind shows a reading.
+function formatter(kind, t) {
+  switch (kind) {
+    case "bytes":
+      return (v) => fmtBytes(v, t);
+    case "secs":
+      return (v) => (v == null ? "—" : v < 10 ? fmtNum(v, 2, t) + " " + t("unit.s") : fmtAge(v, t));
+    case "count":
+      return (v) => fmtNum(v, 0, t);
+    default:
+      return (v) => fmtNum(v, 2, t);
+  }
+}
+
+// shown returns an axis's labels and keeps them, as the canvas shows them,
+// in the chart's data-axis-<scale> attribute (what the browser test reads).
+function shown(u, scale, labels) {
+  u.root.dataset["axis" + scale[0].toUpperCase() + scale.slice(1)] = labels.join("|");
+  return labels;
+}
+
+// yAxis is the uPlot axis of kind on scale.
+function yAxis(kind, scale, t, side) {
+  const base = { scale, side, stroke: "#475569", grid: { stroke: "#e2e8f0", show: side !== 1 }, ticks: { stroke: "#cbd5e1" }, size: 84 };
+  if (kind === "bytes") {
+    const units = byteUnits(t);
+    return { ...base, splits: (u) => byteAxis(u.scales[scale].max, PLOT_PX).ticks, values: (u, splits) => shown(u, scale, byteLabels(splits, units)) };
+  }
+  if (kind === "secs") {
+    return { ...base, values: (u, vals) => shown(u, scale, vals.map((v) => (v == null ? "" : v < 10 ? fmtNum(v, 1, t) : fmtNum(Math.round(v), 0, t)) + " " + t("unit.s"))) };
+  }
+  return { ...base, incrs: kind === "count" ? COUNT_INCRS : undefined, values: (u, vals) => shown(u, scale, vals.map((v) => fmtNum(v, kind === "count" ? 0 : 2, t))) };
+}
+
+// alertShown: the alert line is drawn once the data reach a quarter of it
+// (the scale then stretches to it); below that it would flatten the data.
+function alertShown(alert, dataMax) {
+  return !!alert && dataMax >= alert.value / 4;
+}
+
+// yRange is the scale of kind from 0 to past the data (and the alert
+// line, when shown).
+function yRange(kind, alert) {
+  return (u, min, max) => {
+    let top = Math.max(kind === "count" ? 4 : kind === "bytes" ? 0 : 1, (max || 0) * 1.15);
+    if (alertShown(alert, max || 0)) top = Math.max(top, alert.value * 1.05);
+    return kind === "bytes" ? byteRange(top, PLOT_PX) : [0, top];
+  };
+}
+
+// drawAlert draws the alert's threshold as a dashed line.
+function drawAlert(alert) {
+  return (u) => {
+    const sc = u.scales.y;
+    if (!alert || alert.value > sc.max || alert.value < sc.min) return;
+    const ctx = u.ctx;
+    const y = Math.round(u.valToPos(alert.value, "y", true));
+    ctx.save();
+    ctx.strokeStyle = ALERT_COLOR[alert.severity] || "#dc2626";
+    ctx.lineWidth = 2 * devicePixelRatio;
+    ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
+    ctx.beginPath();
+    ctx.moveTo(u.bbox.left, y);
+    ctx.lineTo(u.bbox.left + u.bbox.width, y);
+    ctx.stroke();
+    ctx.restore();
+  };
+}
 
 // Chart draws one uPlot time series chart that follows its container's
-// width.
-function Chart({ data, series, format, axisFormat, integer, id }) {
+// width: series on the left axis (kind), those with right: true on a
+// second, right axis (rightKind).
+function Chart({ data, series, kind, rightKind, alert, id }) {
+  const t = useT();
   const box = useRef(null);
   const plot = useRef(null);
-  const key = series.map((s) => s.label).join("|");
+  const key = series.map((s) => s.label).join("|") + t.lang + (alert ? alert.value : "");
   useEffect(() => {
     const el = box.current;
-    const width = Math.max(200, el.clientWidth);
+    const fmt = formatter(kind, t);
+    const fmtRight = formatter(rightKind, t);
+    const axes = [
+      { stroke: "#475569", grid: { stroke: "#e2e8f0" }, ticks: { stroke: "#cbd5e1" }, space: 70, values: (u, splits) => shown(u, "x", timeLabels(splits, t.lang)) },
+      yAxis(kind, "y", t, 3),
+    ];
+    const scales = { x: { time: true }, y: { range: yRange(kind, alert) } };
+    if (rightKind) {
+      axes.push(yAxis(rightKind, "right", t, 1));
+      scales.right = { range: yRange(rightKind) };
+    }
     const opts = {
-      width,
-      height: 170,
+      width: Math.max(200, el.clientWidth),
+      height: HEIGHT,
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(integer ? 4 : 1, (max || 0) * 1.15)] } },
-      axes: [
-        { stroke: "#475569", grid: { stroke: "#e2e8f0" }, ticks: { stroke: "#cbd5e1" } },
-        {
-          stroke: "#475569",
-          grid: { stroke: "#e2e8f0" },
-          ticks: { stroke: "#cbd5e1" },
-          size: 84,
-          incrs: integer ? [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6] : undefined,
-          values: (u, vals) => vals.map((v) => (axisFormat || format)(v)),
-        },
+      scales,
+      axes,
+      hooks: { draw: [drawAlert(alert)] },
+      series: [
+        {},
+        ...series.map((s, i) => ({
+          label: s.label, scale: s.right ? "right" : "y", stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false,
+          dash: s.right ? [4, 3] : undefined, value: (u, v) => (s.right ? fmtRight : fmt)(v),
+        })),
       ],
-      series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, value: (u, v) => format(v) }))],
     };
     plot.current = new uPlot(opts, data, el);
     const ro = new ResizeObserver(() => {
-      if (plot.current) plot.current.setSize({ width: Math.max(200, el.clientWidth), height: 170 });
+      if (plot.current) plot.current.setSize({ width: Math.max(200, el.clientWidth), height: HEIGHT });
     });
     ro.observe(el);
     return () => {
@@ -48,10 +135,10 @@ function Chart({ data, series, format, axisFormat, integer, id }) {
   useEffect(() => {
     if (plot.current) plot.current.setData(data);
   }, [data]);
-  return <div class="chart" ref={box} id={id} />;
+  return <div class="chart" ref={box} id={id} data-kind={kind} />;
 }
 
-function ChartCard({ title, samples, series, format, axisFormat, integer, id }) {
+function ChartCard({ title, note, samples, series, kind, rightKind, alert, id }) {
   const t = useT();
   const xs = samples.map((s) => s.t / 1000);
   const cols = series.map((s) => samples.map((x) => s.get(x)));
@@ -61,6 +148,9 @@ function ChartCard({ title, samples, series, format, axisFormat, integer, id }) 
     return null;
   });
   const hasData = last.some((v) => v != null);
+  let dataMax = 0;
+  cols.forEach((c, i) => !series[i].right && c.forEach((v) => (dataMax = Math.max(dataMax, v || 0))));
+  const fmt = formatter(kind, t);
   return (
     <section class="panel chart-card" aria-labelledby={id + "-title"} data-chart={id}>
       <div class="chart-head">
@@ -68,108 +158,22 @@ function ChartCard({ title, samples, series, format, axisFormat, integer, id }) 
         <div class="now" aria-live="off">
           {series.map((s, i) => (
             <span>
-              {series.length > 1 && <span class="swatch" style={{ background: COLORS[i % COLORS.length] }} aria-hidden="true" />}
+              {series.length > 1 && <span class={"swatch" + (s.right ? " dashed" : "")} style={{ background: COLORS[i % COLORS.length] }} aria-hidden="true" />}
               {series.length > 1 ? s.label + ": " : t("ops.now") + ": "}
-              <strong data-now={id + (series.length > 1 ? "-" + i : "")}>{last[i] == null ? "—" : format(last[i])}</strong>
+              <strong data-now={id + (series.length > 1 ? "-" + i : "")}>{last[i] == null ? "—" : formatter(s.right ? rightKind : kind, t)(last[i])}</strong>
             </span>
           ))}
         </div>
       </div>
-      {hasData || samples.length > 0 ? <Chart data={data} series={series} format={format} axisFormat={axisFormat} integer={integer} id={id + "-plot"} /> : null}
+      {note && <p class="chart-note small">{note}</p>}
+      {hasData || samples.length > 0 ? <Chart data={data} series={series} kind={kind} rightKind={rightKind} alert={alert} id={id + "-plot"} /> : null}
       {!hasData && <p class="muted nodata">{t("ops.noData")}</p>}
-    </section>
-  );
-}
-
-function DLQTable({ auth }) {
-  const t = useT();
-  const [dlq, setDLQ] = useState(null);
-  const [busy, setBusy] = useState({});
-  const [done, setDone] = useState({});
-  const [error, setError] = useState("");
-  const load = async () => {
-    try {
-      const d = await guard(auth, api.dlq());
-      if (d) {
-        setDLQ(d);
-        setError("");
-      }
-    } catch (e) {
-      setError(String(e.message || e));
-    }
-  };
-  usePoll(load, 3000, [auth.epoch]);
-  const replay = async (row) => {
-    setBusy({ ...busy, [row.position]: true });
-    try {
-      await guard(auth, api.replay(row.partition, row.offset));
-      setDone((d) => ({ ...d, [row.position]: true }));
-    } catch (e) {
-      setError(String(e.message || e));
-    } finally {
-      setBusy((b) => ({ ...b, [row.position]: false }));
-    }
-  };
-  return (
-    <section class="panel dlq" aria-labelledby="dlq-title">
-      <div class="chart-head">
-        <h2 id="dlq-title">{t("ops.dlqTable")}</h2>
-        <button type="button" onClick={load} id="dlq-refresh">
-          {t("ops.refresh")}
-        </button>
-      </div>
-      {error && <p class="error" role="alert">{t("common.error")}: {error}</p>}
-      {dlq && <p class="muted">{t("ops.dlqCount", { n: dlq.count, topic: dlq.topic })}</p>}
-      {dlq && dlq.entries.length === 0 && <p id="dlq-empty">{t("ops.dlqEmpty")}</p>}
-      {dlq && dlq.entries.length > 0 && (
-        <div class="table-wrap">
-          <table id="dlq-table">
-            <thead>
-              <tr>
-                <th scope="col">{t("ops.col.event")}</th>
-                <th scope="col">{t("ops.col.order")}</th>
-                <th scope="col">{t("ops.col.consumer")}</th>
-                <th scope="col">{t("ops.col.error")}</th>
-                <th scope="col">{t("ops.col.attempts")}</th>
-                <th scope="col">{t("ops.col.failed")}</th>
-                <th scope="col">{t("ops.col.age")}</th>
-                <th scope="col">{t("ops.col.action")}</th>
-              </tr>
-            </thead>
-            <tbody>
-              {dlq.entries.map((r) => (
-                <tr data-event-id={r.event_id} data-order-id={r.order_id}>
-                  <td>
-                    <code title={r.event_id}>{short(r.event_id)}</code>
-                    <div class="muted small">{r.type}</div>
-                  </td>
-                  <td>
-                    <code title={r.order_id}>{short(r.order_id)}</code>
-                  </td>
-                  <td>{r.consumer}</td>
-                  <td>
-                    <span class="pill bad">{r.error_class}</span>
-                    <div class="small err-msg" title={r.error_message}>{r.error_message}</div>
-                  </td>
-                  <td>{r.attempts}</td>
-                  <td class="small">{fmtTime(r.last_failed_at)}</td>
-                  <td>{fmtAge(r.age_seconds)}</td>
-                  <td>
-                    <button
-                      type="button"
-                      class="replay"
-                      onClick={() => replay(r)}
-                      disabled={busy[r.position]}
-                      aria-label={t("ops.replay") + " " + r.event_id}
-                    >
-                      {busy[r.position] ? t("ops.replaying") : done[r.position] ? "✓ " + t("ops.replayed") : t("ops.replay")}
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+      {alert && (
+        <p class={"alert-line small " + (alert.severity || "")} data-alert={alert.alert} data-alert-value={alert.value}>
+          <span class="alert-swatch" aria-hidden="true" />
+          {t("ops.alert", { alert: alert.alert, severity: alert.severity, value: fmt(alert.value), for: fmtAge(alert.for_seconds, t) })}
+          {!alertShown(alert, dataMax) && " " + t("ops.alertOffScale")}
+        </p>
       )}
     </section>
   );
@@ -180,11 +184,15 @@ export function Operations({ auth }) {
   const [samples, setSamples] = useState([]);
   const [consumers, setConsumers] = useState([]);
   const [interval, setIntervalMs] = useState(2000);
+  const [alerts, setAlerts] = useState({});
   const last = useRef(0);
   usePoll(
     async () => {
       const o = await guard(auth, api.overview());
-      if (o) setIntervalMs(o.sample_interval_ms || 2000);
+      if (o) {
+        setIntervalMs(o.sample_interval_ms || 2000);
+        setAlerts(o.alerts || {});
+      }
     },
     60000,
     [auth.epoch],
@@ -202,47 +210,46 @@ export function Operations({ auth }) {
     interval,
     [auth.epoch],
   );
-  const num = (v) => fmtNum(v, 2);
-  const secs = (v) => (v == null ? "—" : v < 10 ? v.toFixed(2) + " s" : fmtAge(v));
-  const axisSecs = (v) => (v == null ? "" : v < 10 ? fmtNum(v, 1) + " s" : Math.round(v) + " s");
-  const axisBytes = (v) => (v == null ? "" : fmtBytes(v).replace(/\.\d /, " "));
+  const card = (id, title, kind, series, extra = {}) => <ChartCard id={id} title={title} samples={samples} kind={kind} series={series} {...extra} />;
   return (
     <div class="view">
-      <p class="intro">{t("ops.intro", { s: interval / 1000 })}</p>
+      <p class="intro">{t("ops.intro", { s: fmtNum(interval / 1000, 1, t) })}</p>
       <div class="charts">
-        <ChartCard id="slot-lag-bytes" title={t("ops.slotLagBytes")} samples={samples} format={fmtBytes} axisFormat={axisBytes} series={[{ label: "bytes", get: (s) => s.slot_lag_bytes }]} />
-        <ChartCard id="slot-lag-seconds" title={t("ops.slotLagSeconds")} samples={samples} format={secs} axisFormat={axisSecs} series={[{ label: "s", get: (s) => s.slot_lag_seconds }]} />
-        <ChartCard id="retained-wal" title={t("ops.retainedWal")} samples={samples} format={fmtBytes} axisFormat={axisBytes} series={[{ label: "bytes", get: (s) => s.retained_wal_bytes }]} />
-        <ChartCard id="oldest-unpublished" title={t("ops.oldestUnpublished")} samples={samples} format={secs} axisFormat={axisSecs} series={[{ label: "s", get: (s) => s.oldest_unpublished_seconds }]} />
-        <ChartCard
-          id="publish"
-          title={t("ops.publish")}
-          samples={samples}
-          format={num}
-          series={[
-            { label: t("ops.publishRate"), get: (s) => s.publish_rate },
-            { label: t("ops.publishErrors"), get: (s) => s.publish_errors_rate },
-          ]}
-        />
-        <ChartCard
-          id="consumer-lag"
-          title={t("ops.consumerLag")}
-          samples={samples}
-          format={(v) => fmtNum(v, 0)}
-          integer
-          series={consumers.map((c) => ({ label: c, get: (s) => (s.consumer_lag ? s.consumer_lag[c] ?? null : null) }))}
-        />
-        <ChartCard id="retries" title={t("ops.retries")} samples={samples} format={num} series={[{ label: "/s", get: (s) => s.retries_rate }]} />
-        <ChartCard
-          id="dlq"
-          title={t("ops.dlq")}
-          samples={samples}
-          format={num}
-          series={[
-            { label: t("ops.dlqSize"), get: (s) => s.dlq_events },
-            { label: t("ops.dlqAge"), get: (s) => s.dlq_oldest_seconds },
-          ]}
-        />
+        {card("slot-lag-bytes", t("ops.slotLagBytes"), "bytes", [{ label: "bytes", get: (s) => s.slot_lag_bytes }], {
+          note: <Rich text={t("ops.slotLagBytes.note")} />,
+          alert: alerts.slot_lag_bytes,
+        })}
+        {card("slot-lag-seconds", t("ops.slotLagSeconds"), "secs", [{ label: "s", get: (s) => s.slot_lag_seconds }], { alert: alerts.slot_lag_seconds })}
+        {card("retained-wal", t("ops.retainedWal"), "bytes", [{ label: "bytes", get: (s) => s.retained_wal_bytes }], {
+          note: <Rich text={t("ops.retainedWal.note")} />,
+          alert: alerts.retained_wal_bytes,
+        })}
+        {card("oldest-unpublished", t("ops.oldestUnpublished"), "secs", [{ label: "s", get: (s) => s.oldest_unpublished_seconds }], {
+          alert: alerts.oldest_unpublished_seconds,
+        })}
+        {card("publish", t("ops.publish"), "rate", [
+          { label: t("ops.publishRate"), get: (s) => s.publish_rate },
+          { label: t("ops.publishErrors"), get: (s) => s.publish_errors_rate },
+        ])}
+        {card(
+          "consumer-lag",
+          t("ops.consumerLag"),
+          "count",
+          consumers.map((c) => ({ label: c, get: (s) => (s.consumer_lag ? s.consumer_lag[c] ?? null : null) })),
+          { alert: alerts.consumer_lag },
+        )}
+        {card("retries", t("ops.retries"), "rate", [{ label: t("unit.perSecond"), get: (s) => s.retries_rate }])}
+        {card(
+          "dlq",
+          t("ops.dlq"),
+          "count",
+          [
+            { label: t("ops.dlqPending"), get: (s) => s.dlq_pending },
+            { label: t("ops.dlqReplayed"), get: (s) => s.dlq_replayed },
+            { label: t("ops.dlqAge"), get: (s) => s.dlq_oldest_pending_seconds, right: true },
+          ],
+          { rightKind: "secs" },
+        )}
       </div>
       <DLQTable auth={auth} />
     </div>

@@ -2,6 +2,7 @@ import { useState } from "preact/hooks";
 import { useT } from "./i18n.js";
 import { api } from "./api.js";
 import { fmtTime, guard, usePoll } from "./util.js";
+import { Rich } from "./glossary.jsx";
 
 const STEP_IDS = ["api", "postgres", "slot", "cdc", "kafka", "member", "effect", "offset"];
 
@@ -65,7 +66,7 @@ function StatePanel({ state }) {
   const tiles = [
     { id: "order", label: t("state.order"), value: t("state.order." + st.order), good: st.order === "processed" },
     { id: "outbox", label: t("state.outbox"), value: t("state.outbox." + st.outbox), good: st.outbox === "written" },
-    { id: "effect", label: t("state.effect"), value: st.changes === 1 ? t("state.effect.1") : t("state.effect.n", { n: st.changes }), good: st.changes === 1 },
+    { id: "effect", label: t("state.effect"), value: t.n("state.effect", st.changes), good: st.changes === 1 },
     { id: "offset", label: t("state.offset"), value: t("state.offset." + st.offset), good: st.offset === "committed" },
   ];
   return (
@@ -171,7 +172,9 @@ export function DeliveryPath({ auth }) {
           <div class="stepper-text">
             <div class="muted">{t("path.stepOf", { n: focus + 1, total: steps.length })}</div>
             <strong>{t("step." + steps[focus].id + ".title")}</strong>
-            <p id="step-sentence">{t("step." + steps[focus].id + ".text")}</p>
+            <p id="step-sentence">
+              <Rich text={t("step." + steps[focus].id + ".text")} />
+            </p>
           </div>
           <button type="button" id="step-next" onClick={() => setFocus(Math.min(steps.length - 1, focus + 1))} disabled={focus === steps.length - 1}>
             {t("path.next")} →
@@ -192,7 +195,11 @@ export function DeliveryPath({ auth }) {
                 <h3>{t("step." + s.id + ".title")}</h3>
                 <span class={"pill " + (s.done ? "ok" : "wait")}>{s.done ? "✓ " + t("common.done") : t("common.waiting")}</span>
               </div>
-              {(showAll || focus === i) && <p class="sentence">{t("step." + s.id + ".text")}</p>}
+              {(showAll || focus === i) && (
+                <p class="sentence">
+                  <Rich text={t("step." + s.id + ".text")} />
+                </p>
+              )}
               {s.facts.length > 0 && (
                 <dl class="facts">
                   {s.facts.map(([key, value, kind]) => (

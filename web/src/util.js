@@ -49,28 +49,39 @@ export function fmtTime(s) {
   return d.toISOString().replace("T", " ").replace(/\.(\d{3})\d*Z$/, ".$1Z");
 }
 
-export function fmtBytes(n) {
+// units returns the byte unit names of t's language.
+export function byteUnits(t) {
+  return ["B", "KiB", "MiB", "GiB", "TiB"].map((u) => t("unit." + u));
+}
+
+// fmtBytes formats a reading (not an axis tick: see axis.js) in binary
+// units of t's language, with one decimal.
+export function fmtBytes(n, t) {
   if (n == null) return "—";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  const units = byteUnits(t);
   let i = 0;
   let v = n;
   while (Math.abs(v) >= 1024 && i < units.length - 1) {
     v /= 1024;
     i++;
   }
-  return (i === 0 ? v.toFixed(0) : v.toFixed(1)) + " " + units[i];
+  return fmtNum(i === 0 ? Math.round(v) : v, 1, t) + " " + units[i];
 }
 
-export function fmtNum(n, digits = 1) {
+// fmtNum formats a number in t's language (a decimal comma in Russian).
+export function fmtNum(n, digits = 1, t) {
   if (n == null) return "—";
-  if (Number.isInteger(n)) return String(n);
-  return n.toFixed(digits);
+  const lang = (t && t.lang) || "en";
+  const opts = Number.isInteger(n) ? { maximumFractionDigits: 0 } : { minimumFractionDigits: digits, maximumFractionDigits: digits };
+  return new Intl.NumberFormat(lang, { ...opts, useGrouping: false }).format(n);
 }
 
-export function fmtAge(seconds) {
+// fmtAge formats a duration in seconds in t's units.
+export function fmtAge(seconds, t) {
   if (seconds == null) return "—";
   const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return s + " s";
-  if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
-  return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  const [us, umin, uh] = [t("unit.s"), t("unit.min"), t("unit.h")];
+  if (s < 60) return s + " " + us;
+  if (s < 3600) return Math.floor(s / 60) + " " + umin + " " + (s % 60) + " " + us;
+  return Math.floor(s / 3600) + " " + uh + " " + Math.floor((s % 3600) / 60) + " " + umin;
 }

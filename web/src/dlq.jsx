@@ -34,6 +34,16 @@ function Row({ r, busy, onReplay }) {
         <div class="muted small">{r.type}</div>
       </td>
       <td>
+        <StatePill row={r} />
+      </td>
+      <td>
+        {r.state === "pending" && (
+          <button type="button" class="replay" onClick={() => onReplay(r)} disabled={busy} aria-label={t("ops.replay") + " " + r.event_id}>
+            {busy ? t("ops.replaying") : t("ops.replay")}
+          </button>
+        )}
+      </td>
+      <td>
         <code title={r.order_id}>{short(r.order_id)}</code>
       </td>
       <td>{r.consumer}</td>
@@ -44,23 +54,15 @@ function Row({ r, busy, onReplay }) {
       <td>{r.state === "purged" ? "—" : r.attempts}</td>
       <td class="small">{fmtTime(r.last_failed_at)}</td>
       <td>{r.age_seconds ? fmtAge(r.age_seconds, t) : "—"}</td>
-      <td>
-        <StatePill row={r} />
-      </td>
-      <td>
-        {r.state === "pending" && (
-          <button type="button" class="replay" onClick={() => onReplay(r)} disabled={busy} aria-label={t("ops.replay") + " " + r.event_id}>
-            {busy ? t("ops.replaying") : t("ops.replay")}
-          </button>
-        )}
-      </td>
     </tr>
   );
 }
 
 function Table({ id, rows, busy, onReplay }) {
   const t = useT();
-  const cols = ["event", "order", "consumer", "error", "attempts", "failed", "age", "state", "action"];
+  // State and action come first: on a phone they are in sight before the
+  // table scrolls.
+  const cols = ["event", "state", "action", "order", "consumer", "error", "attempts", "failed", "age"];
   return (
     <div class="table-wrap">
       <table id={id}>

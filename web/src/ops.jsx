@@ -171,7 +171,7 @@ function ChartCard({ title, note, samples, series, kind, rightKind, alert, id })
       {alert && (
         <p class={"alert-line small " + (alert.severity || "")} data-alert={alert.alert} data-alert-value={alert.value}>
           <span class="alert-swatch" aria-hidden="true" />
-          {t("ops.alert", { alert: alert.alert, severity: alert.severity, value: fmt(alert.value), for: fmtAge(alert.for_seconds, t) })}
+          {t("ops.alert", { alert: alert.alert, severity: t("severity." + alert.severity), value: fmt(alert.value), for: fmtAge(alert.for_seconds, t) })}
           {!alertShown(alert, dataMax) && " " + t("ops.alertOffScale")}
         </p>
       )}

@@ -81,7 +81,8 @@ export function fmtAge(seconds, t) {
   if (seconds == null) return "—";
   const s = Math.max(0, Math.round(seconds));
   const [us, umin, uh] = [t("unit.s"), t("unit.min"), t("unit.h")];
+  const part = (n, u) => (n > 0 ? n + " " + u : "");
   if (s < 60) return s + " " + us;
-  if (s < 3600) return Math.floor(s / 60) + " " + umin + " " + (s % 60) + " " + us;
-  return Math.floor(s / 3600) + " " + uh + " " + Math.floor((s % 3600) / 60) + " " + umin;
+  if (s < 3600) return [part(Math.floor(s / 60), umin), part(s % 60, us)].filter(Boolean).join(" ");
+  return [part(Math.floor(s / 3600), uh), part(Math.floor((s % 3600) / 60), umin)].filter(Boolean).join(" ");
 }

@@ -255,4 +255,6 @@ export default {
   "drills.replayTag": "replay",
   "exit.signal": "killed by {signal}",
   "exit.status": "exited with status {code}",
+  "severity.warning": "warning",
+  "severity.critical": "critical",
 };

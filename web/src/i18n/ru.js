@@ -260,4 +260,6 @@ export default {
   "drills.replayTag": "повтор",
   "exit.signal": "убит сигналом {signal}",
   "exit.status": "завершился с кодом {code}",
+  "severity.warning": "предупреждение",
+  "severity.critical": "критический",
 };

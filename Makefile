@@ -166,6 +166,26 @@ test-exactly-once: build ## Run the relay windows in both delivery modes three t
 	trap stop_started EXIT; \
 	EVENTFORGE_EOS_RUNS=3 $(GO) test $(GO_TEST_FLAGS) -v -run '^(TestRelayExactlyOnce|TestRelayPartitionedLeader)$$' ./e2e/ | grep -E 'runs passed|takeover|^(---|ok|FAIL|PASS)'
 
+# The database's life (build tag lifecycle): slots a PostgreSQL 18 server
+# invalidates when idle, and the runbooks of docs/operations.md. Minutes of
+# the server's clock each, so outside make test.
+.PHONY: test-lifecycle
+test-lifecycle: build ## Run the lifecycle tests (PostgreSQL 18 idle slot timeout, ...) on private stacks
+	@started="$$($(EVENTFORGE) stack up --print-started)"; \
+	$(STOP_STARTED); \
+	trap stop_started EXIT; \
+	$(GO) test $(GO_TEST_FLAGS) -tags lifecycle -v -run '^TestLifecycle' ./e2e/ | grep -E '^\s+\w+_test.go|^(---|ok|FAIL|PASS)'
+
+# Marks bounded by pruning (docs/consumer.md, "Bounded marks"): a million
+# events applied twice, with the marks kept and pruned, while retention
+# deletes the records consumed; prints the marks held and the apply rates.
+.PHONY: bench-marks
+bench-marks: build ## Apply a million events with the marks kept and pruned; print marks held and apply rates
+	@started="$$($(EVENTFORGE) stack up --print-started)"; \
+	$(STOP_STARTED); \
+	trap stop_started EXIT; \
+	$(GO) test -count=1 -timeout 90m -tags marksbench -v -run '^TestMarksBoundedOverManyEvents$$' ./consumer/engine/ | grep -E 'events applied|^(---|ok|FAIL|PASS)'
+
 # The independent OpenAPI validator (npm @apidevtools/swagger-parser, pinned by
 # its lockfile) that the api tests run on the served /openapi.json.
 OPENAPI_VALIDATOR := api/testdata/openapi

@@ -145,7 +145,10 @@ func (r *scheduleRun) heal() {
 	if err := r.stack.kafka.Resume(0); err != nil {
 		r.t.Logf("resuming the broker: %v", err)
 	}
-	if err := alterTopicMaxMessageBytes(r.stack.kafka.Bootstrap, r.stack.pl.env.Topic, 0); err != nil {
+	// The broker may still be coming back from a kill or a restart: the
+	// limit is retried for as long as the drain is given.
+	err = retryFor(3*time.Minute, func() error { return alterTopicMaxMessageBytes(r.stack.kafka.Bootstrap, r.stack.pl.env.Topic, 0) })
+	if err != nil {
 		r.res.violate("restoring the topic limit: %v", err)
 	}
 	r.stack.healProcesses()
@@ -170,12 +173,28 @@ func (r *scheduleRun) rewindConsumers() {
 	for _, c := range []struct{ name, group string }{{"fulfillment", r.stack.pl.env.Group}, {"ledger", r.stack.ledger}} {
 		comp := r.stack.byName[c.name]
 		comp.current().stop()
-		if err := rewindGroup(r.stack.kafka.Bootstrap, c.group, r.stack.pl.env.Topic, at); err != nil {
+		// The coordinator drops the stopped member at its session timeout;
+		// only then may offsets be committed for the group from outside.
+		err := retryFor(time.Minute, func() error { return rewindGroup(r.stack.kafka.Bootstrap, c.group, r.stack.pl.env.Topic, at) })
+		if err != nil {
 			r.res.violate("rewinding group %s to %s: %v", c.group, at.Format(time.TimeOnly), err)
 		}
 		comp.restart()
 	}
 	r.t.Logf("consumers rewound to %s, %s before the failover", at.Format(time.TimeOnly), rewindMargin)
+}
+
+// retryFor calls f until it succeeds or d passed, and returns its last
+// error.
+func retryFor(d time.Duration, f func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // rewindGroup commits, for the group, the offsets of topic's records at

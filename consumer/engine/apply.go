@@ -21,22 +21,44 @@ import (
 // was marked by a concurrent transaction that committed while this insert
 // waited for it: an idempotency conflict, which is a duplicate too.
 //
-// Marks are inserted in event ID order, so concurrent batches with
-// overlapping IDs lock them in the same order and cannot deadlock on them.
+// Each mark keeps the partition ($3) and the offset ($4) of the newest copy
+// of its event the consumer read: an existing mark is moved to a later copy
+// (prune.go deletes a mark only once every copy is below the partition's
+// log start). Existing marks are locked, and new ones inserted, in event ID
+// order, so concurrent batches with overlapping IDs take them in the same
+// order and cannot deadlock on them.
 const markSQL = `WITH ids AS (
-	SELECT DISTINCT unnest($2::uuid[]) AS event_id
+	SELECT DISTINCT ON (event_id) event_id, part, off
+	FROM unnest($2::uuid[], $3::int[], $4::bigint[]) AS u(event_id, part, off)
+	ORDER BY event_id, off DESC
+), locked AS (
+	SELECT p.event_id FROM processed_events p JOIN ids USING (event_id)
+	WHERE p.consumer = $1 ORDER BY p.event_id FOR UPDATE OF p
 ), existing AS (
-	SELECT p.event_id FROM processed_events p JOIN ids USING (event_id) WHERE p.consumer = $1
+	UPDATE processed_events p SET kafka_partition = ids.part, kafka_offset = ids.off
+	FROM ids WHERE p.consumer = $1 AND p.event_id = ids.event_id AND p.event_id IN (SELECT event_id FROM locked)
+		AND p.kafka_offset IS DISTINCT FROM greatest(p.kafka_offset, ids.off)
+	RETURNING p.event_id
 ), ins AS (
-	INSERT INTO processed_events (consumer, event_id)
-	SELECT $1, event_id FROM ids WHERE event_id NOT IN (SELECT event_id FROM existing)
+	INSERT INTO processed_events (consumer, event_id, kafka_partition, kafka_offset)
+	SELECT $1, event_id, part, off FROM ids WHERE event_id NOT IN (SELECT event_id FROM locked)
 	ORDER BY event_id
 	ON CONFLICT DO NOTHING
 	RETURNING event_id
 )
 SELECT event_id, true FROM ins
 UNION ALL
-SELECT event_id, false FROM existing`
+SELECT event_id, false FROM locked`
+
+// markArgs are markSQL's arguments for evs of consumer name.
+func markArgs(name string, ids []uuid.UUID, evs []Event) []any {
+	parts := make([]int32, len(evs))
+	offs := make([]int64, len(evs))
+	for i, ev := range evs {
+		parts[i], offs[i] = ev.Partition, ev.Offset
+	}
+	return []any{name, markIDs(ids), parts, offs}
+}
 
 // outcome is what one transaction did with its events.
 type outcome struct {
@@ -111,7 +133,7 @@ func (r *Runtime) applyGeneral(ctx context.Context, ids []uuid.UUID, evs []Event
 	}
 	err = func() error {
 		defer func() { _ = tx.Rollback(ctx) }() // no-op after COMMIT
-		rows, err := tx.Query(ctx, markSQL, r.opts.Name, markIDs(ids))
+		rows, err := tx.Query(ctx, markSQL, markArgs(r.opts.Name, ids, evs)...)
 		if err != nil {
 			return fmt.Errorf("marking %d events: %w", len(ids), err)
 		}
@@ -216,7 +238,7 @@ func (r *Runtime) applyPipelined(ctx context.Context, ids []uuid.UUID, evs []Eve
 	marked := false
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(markSQL, r.opts.Name, markIDs(ids)).Query(func(rows pgx.Rows) error {
+	b.Queue(markSQL, markArgs(r.opts.Name, ids, evs)...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id pgtype.UUID
 			var isNew bool

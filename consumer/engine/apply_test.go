@@ -90,7 +90,7 @@ func applyBehindHeldMark(t *testing.T, env *testenv.Env, r *Runtime, consumer st
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, markSQL, consumer, []uuid.UUID{ev.ID}); err != nil {
+	if _, err := tx.Exec(ctx, markSQL, markArgs(consumer, []uuid.UUID{ev.ID}, []Event{ev})...); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {

@@ -160,6 +160,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	statsCtx, stopStats := context.WithCancel(ctx)
 	var statsDone sync.WaitGroup
 	statsDone.Go(func() { r.dlqStats(statsCtx, logs) })
+	statsDone.Go(func() { r.pruneMarks(statsCtx, logs) })
 
 	runErr := r.loop(ctx, c)
 

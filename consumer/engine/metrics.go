@@ -49,6 +49,14 @@ var (
 		Help:    "Duration of one apply transaction (one event, or one batch), from BEGIN to COMMIT.",
 		Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 	}, []string{"consumer"})
+	marksPruned = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "eventforge_consumer_marks_pruned_total",
+		Help: "Marks deleted because their event can no longer be delivered again: every copy below the partition's log start, the outbox row pruned, no relay dead letter.",
+	}, []string{"consumer"})
+	marksPrunePaused = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_consumer_marks_prune_paused",
+		Help: "1 while no mark is pruned because the source topic's DLQ holds records (a replay would deliver them again).",
+	}, []string{"consumer"})
 	dlqEvents = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_dlq_events",
 		Help: "Records currently held by a DLQ topic (high minus low watermark, summed over partitions).",

@@ -80,27 +80,34 @@ type Settings struct {
 	DLQSuffix string `name:"dlq-suffix" help:"DLQ topic of a source topic: <topic><suffix>." default:".dlq"`
 	// DLQStatsInterval is how often the DLQ gauges are refreshed.
 	DLQStatsInterval time.Duration `name:"dlq-stats-interval" help:"How often eventforge_dlq_* gauges are refreshed." default:"15s"`
+	// MarksPruneInterval is how often marks whose event can no longer come
+	// back are deleted (prune.go); zero keeps every mark.
+	MarksPruneInterval time.Duration `name:"marks-prune-interval" help:"How often to delete marks whose event can no longer be delivered again (0 keeps every mark)." default:"1m"`
+	// MarksPruneBatch is the number of marks deleted per statement.
+	MarksPruneBatch int `name:"marks-prune-batch" help:"Marks deleted per statement when pruning." default:"1000"`
 }
 
 // DefaultSettings are the settings a consumer runs with unless configured
 // otherwise; the flags of `eventforge consumer` default to them.
 func DefaultSettings() Settings {
 	return Settings{
-		Workers:          4,
-		BatchSize:        100,
-		QueueSize:        5000,
-		QueueBytes:       4 << 20,
-		FetchWait:        DefaultFetchWait,
-		MaxAttempts:      5,
-		NotFoundGrace:    10 * time.Second,
-		InitialBackoff:   100 * time.Millisecond,
-		MaxBackoff:       5 * time.Second,
-		AttemptTimeout:   30 * time.Second,
-		ProbeTimeout:     5 * time.Second,
-		SessionTimeout:   45 * time.Second,
-		CommitInterval:   time.Second,
-		DLQSuffix:        dlq.DefaultSuffix,
-		DLQStatsInterval: 15 * time.Second,
+		Workers:            4,
+		BatchSize:          100,
+		QueueSize:          5000,
+		QueueBytes:         4 << 20,
+		FetchWait:          DefaultFetchWait,
+		MaxAttempts:        5,
+		NotFoundGrace:      10 * time.Second,
+		InitialBackoff:     100 * time.Millisecond,
+		MaxBackoff:         5 * time.Second,
+		AttemptTimeout:     30 * time.Second,
+		ProbeTimeout:       5 * time.Second,
+		SessionTimeout:     45 * time.Second,
+		CommitInterval:     time.Second,
+		DLQSuffix:          dlq.DefaultSuffix,
+		DLQStatsInterval:   15 * time.Second,
+		MarksPruneInterval: time.Minute,
+		MarksPruneBatch:    1000,
 	}
 }
 
@@ -121,6 +128,7 @@ func (o Options) withDefaults() Options {
 	orDefault(&o.CommitInterval, d.CommitInterval)
 	orDefault(&o.SessionTimeout, d.SessionTimeout)
 	orDefault(&o.DLQStatsInterval, d.DLQStatsInterval)
+	orDefault(&o.MarksPruneBatch, d.MarksPruneBatch)
 	if o.DLQSuffix == "" {
 		o.DLQSuffix = d.DLQSuffix
 	}

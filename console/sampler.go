@@ -212,10 +212,10 @@ func (s *sampler) sampleDLQ(ctx context.Context, now time.Time, smp *Sample) {
 	}
 	smp.DLQEvents, smp.DLQPending, smp.DLQReplayed = ptr(float64(len(rs))), ptr(pending), ptr(replayed)
 	if !oldest.IsZero() {
-		smp.DLQOldestSeconds = ptr(now.Sub(oldest).Seconds())
+		smp.DLQOldestSeconds = ptr(max(now.Sub(oldest).Seconds(), 0)) // the broker's clock may run ahead
 	}
 	if !oldestPending.IsZero() {
-		smp.DLQOldestPendingSeconds = ptr(now.Sub(oldestPending).Seconds())
+		smp.DLQOldestPendingSeconds = ptr(max(now.Sub(oldestPending).Seconds(), 0))
 	}
 }
 

@@ -60,9 +60,18 @@ ifneq ($(strip $(PG)),)
 export EVENTFORGE_PG_VERSION := $(strip $(PG))
 endif
 
+# The commit the binaries are built from, for `eventforge --version`: set
+# with -ldflags -X, because the go command stamps vcs.revision only when it
+# builds in the repository's main checkout with -buildvcs (not in a git
+# worktree, not under GOFLAGS=-buildvcs=false). internal/cli's tests check
+# the variable names.
+REVISION = $(shell git rev-parse HEAD 2>/dev/null)
+MODIFIED = $(shell if [ -n "$$(git status --porcelain 2>/dev/null)" ]; then echo true; else echo false; fi)
+VERSION_LDFLAGS = -X $(MODULE)/internal/cli.revision=$(REVISION) -X $(MODULE)/internal/cli.modified=$(MODIFIED)
+
 .PHONY: build
-build: ## Build bin/eventforge
-	$(GO) build -o $(EVENTFORGE) ./cmd/eventforge
+build: ## Build bin/eventforge (`bin/eventforge --version` names the commit)
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(EVENTFORGE) ./cmd/eventforge
 
 .PHONY: run
 run: build ## Start PostgreSQL + Kafka and EventForge, print the URLs (Ctrl-C stops EventForge)
@@ -262,7 +271,7 @@ EVENTFORGE_BENCH := $(BIN)/eventforge-bench
 
 .PHONY: build-bench
 build-bench: ## Build bin/eventforge-bench (the benchmark; not part of the production binary)
-	$(GO) build -o $(EVENTFORGE_BENCH) ./cmd/eventforge-bench
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(EVENTFORGE_BENCH) ./cmd/eventforge-bench
 
 .PHONY: bench
 bench: build build-bench ## Measure throughput, latency and memory on the local stack (≤ 15 min); prints a table, writes bench/results/

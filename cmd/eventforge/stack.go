@@ -18,7 +18,7 @@ type stackCmd struct {
 
 type stackFlags struct {
 	StateDir  string `name:"state-dir" help:"Where the stack keeps its data (default /var/tmp/eventforge-<hash of checkout>)."`
-	PGVersion int    `name:"pg-version" help:"PostgreSQL major version: 15 (Debian's package), 16, 17 or 18 (pinned npm packages). Each version has its own data dir and port (15: 54329, N: 54300+N); Kafka is shared. Default 15."`
+	PGVersion int    `name:"pg-version" help:"PostgreSQL major version: 15 (Debian's package), 16, 17 or 18 (pinned npm packages). Each version has its own data dir and port (15: 54329, N: 54300+N); Kafka is shared." default:"${pg_default}" enum:"${pg_versions}"`
 }
 
 func (f stackFlags) config() localstack.Config {

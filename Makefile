@@ -78,7 +78,7 @@ run: build ## Start PostgreSQL + Kafka and EventForge, print the URLs (Ctrl-C st
 	$(EVENTFORGE) dev
 
 .PHONY: stop
-stop: build ## Stop the local PostgreSQL and Kafka
+stop: build ## Stop the local PostgreSQL and Kafka (and the Prometheus of make monitor)
 	$(EVENTFORGE) stack down
 
 .PHONY: status
@@ -212,21 +212,33 @@ fuzz-api: $(BIN)/schemathesis/.stamp-$(SCHEMATHESIS_VERSION) ## Fuzz a running a
 ##@ Observability
 
 PROMTOOL ?= promtool
+PROMETHEUS ?= prometheus
 
-# promtool comes with Debian's prometheus package (only the tool is used; no
-# server is started here).
-.PHONY: promtool
-promtool: ## Check deploy/prometheus config and alert rules and run the alert unit tests (installs promtool if missing)
-	@command -v $(PROMTOOL) >/dev/null || { \
+# Debian's package prometheus brings the server (make monitor, and the e2e
+# alert tests that make test runs) and promtool.
+.PHONY: prometheus-deps
+prometheus-deps: ## Install Debian's prometheus package (the server and promtool) if either is missing (as root)
+	@if ! command -v $(PROMETHEUS) >/dev/null || ! command -v $(PROMTOOL) >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "installing promtool (Debian package prometheus)"; \
+			echo "installing Prometheus and promtool (Debian package prometheus)"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 		else \
-			echo >&2 "promtool is missing: run 'sudo apt-get install --no-install-recommends prometheus' (Debian/Ubuntu)"; exit 1; \
-		fi; }
+			echo >&2 "prometheus or promtool is missing: run 'sudo apt-get install --no-install-recommends prometheus' (Debian/Ubuntu)"; exit 1; \
+		fi; \
+	fi
+
+.PHONY: promtool
+promtool: prometheus-deps ## Check deploy/prometheus config and alert rules and run the alert unit tests (installs Prometheus if missing)
 	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
 	$(PROMTOOL) check rules deploy/prometheus/rules/*.yml
 	$(PROMTOOL) test rules deploy/prometheus/tests/*.yml
+
+# The monitor scrapes what `make run` runs on the same state dir, whichever
+# starts first: eventforge dev writes its components' addresses where the
+# monitor reads them.
+.PHONY: monitor
+monitor: build prometheus-deps ## Start a real Prometheus with the shipped rules scraping make run's components, print its URL (make stop stops it)
+	$(EVENTFORGE) stack monitor
 
 ##@ Soak
 

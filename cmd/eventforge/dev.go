@@ -22,6 +22,7 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/freeport"
 	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/internal/promserver"
 )
 
 type devCmd struct {
@@ -90,7 +91,8 @@ func (c *devCmd) Run(env *runEnv) error {
 	consCfg.Consumers, consCfg.MetricsSources = map[string]string{}, map[string]string{}
 
 	sup := newSupervisor(binary, os.Stderr, env.logger.With("component", "supervisor"))
-	if err := c.addChildren(sup, &consCfg, dsn, brokers); err != nil {
+	targets, err := c.addChildren(sup, &consCfg, dsn, brokers)
+	if err != nil {
 		return err
 	}
 
@@ -109,6 +111,10 @@ func (c *devCmd) Run(env *runEnv) error {
 	g.Go(func() error {
 		select {
 		case addrs := <-ready:
+			targets[promserver.Job("api")] = []string{addrs.HTTP}
+			if err := writeMonitorTargets(lockDir, targets); err != nil {
+				env.logger.Warn("writing the monitor's targets", "err", err)
+			}
 			printBanner(addrs, dsn, brokers, consCfg.MetricsSources, c.Topic)
 		case <-ctx.Done():
 		}
@@ -119,8 +125,10 @@ func (c *devCmd) Run(env *runEnv) error {
 
 // addChildren adds cdc and every consumer to sup, each exporting its
 // metrics on a free loopback address that consCfg lists, and reading dev's
-// Kafka security and tracing settings from its environment.
-func (c *devCmd) addChildren(sup *supervisor, consCfg *console.Config, dsn, brokers string) error {
+// Kafka security and tracing settings from its environment. It returns
+// those addresses by scrape job (promserver.Job).
+func (c *devCmd) addChildren(sup *supervisor, consCfg *console.Config, dsn, brokers string) (map[string][]string, error) {
+	targets := map[string][]string{}
 	// Failpoints given to dev arm each child's first process.
 	initial := os.Getenv(failpoint.EnvVar)
 	settings := append(flagEnv(c.Kafka), flagEnv(c.Tracing)...)
@@ -131,17 +139,31 @@ func (c *devCmd) addChildren(sup *supervisor, consCfg *console.Config, dsn, brok
 		}
 		env := append(slices.Clone(settings), "EVENTFORGE_METRICS_ADDR="+addr)
 		sup.add(childSpec{name: name, args: args, env: env, initialFailpoints: initial})
+		job := promserver.Job(args[0]) // the command: cdc or consumer
+		targets[job] = append(targets[job], addr)
 		consCfg.MetricsSources[name] = "http://" + addr + "/metrics"
 		return nil
 	}
 	if err := addChild("cdc", "cdc", "--database-url", dsn, "--kafka-brokers", brokers, "--slot", c.Slot, "--topic", "order="+c.Topic); err != nil {
-		return err
+		return nil, err
 	}
 	for _, name := range devConsumers() {
 		group := c.GroupPrefix + name
 		consCfg.Consumers[name] = group
 		if err := addChild("consumer-"+name, "consumer", "--database-url", dsn, "--kafka-brokers", brokers,
 			"--name", name, "--group", group, "--topics", c.Topic); err != nil {
+			return nil, err
+		}
+	}
+	return targets, nil
+}
+
+// writeMonitorTargets writes the metrics addresses of dev's components,
+// by scrape job, where the Prometheus of `eventforge stack monitor` on the
+// state dir stateDir reads them; a monitor that runs picks them up at once.
+func writeMonitorTargets(stateDir string, targets map[string][]string) error {
+	for job, addrs := range targets {
+		if err := promserver.WriteTargets(localstack.MonitorDir(stateDir), job, addrs); err != nil {
 			return err
 		}
 	}

@@ -60,16 +60,25 @@ ifneq ($(strip $(PG)),)
 export EVENTFORGE_PG_VERSION := $(strip $(PG))
 endif
 
+# The commit the binaries are built from, for `eventforge --version`: set
+# with -ldflags -X, because the go command stamps vcs.revision only when it
+# builds in the repository's main checkout with -buildvcs (not in a git
+# worktree, not under GOFLAGS=-buildvcs=false). internal/cli's tests check
+# the variable names.
+REVISION = $(shell git rev-parse HEAD 2>/dev/null)
+MODIFIED = $(shell if [ -n "$$(git status --porcelain 2>/dev/null)" ]; then echo true; else echo false; fi)
+VERSION_LDFLAGS = -X $(MODULE)/internal/cli.revision=$(REVISION) -X $(MODULE)/internal/cli.modified=$(MODIFIED)
+
 .PHONY: build
-build: ## Build bin/eventforge
-	$(GO) build -o $(EVENTFORGE) ./cmd/eventforge
+build: ## Build bin/eventforge (`bin/eventforge --version` names the commit)
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(EVENTFORGE) ./cmd/eventforge
 
 .PHONY: run
 run: build ## Start PostgreSQL + Kafka and EventForge, print the URLs (Ctrl-C stops EventForge)
 	$(EVENTFORGE) dev
 
 .PHONY: stop
-stop: build ## Stop the local PostgreSQL and Kafka
+stop: build ## Stop the local PostgreSQL and Kafka (and the Prometheus of make monitor)
 	$(EVENTFORGE) stack down
 
 .PHONY: status
@@ -223,21 +232,33 @@ fuzz-api: $(BIN)/schemathesis/.stamp-$(SCHEMATHESIS_VERSION) ## Fuzz a running a
 ##@ Observability
 
 PROMTOOL ?= promtool
+PROMETHEUS ?= prometheus
 
-# promtool comes with Debian's prometheus package (only the tool is used; no
-# server is started here).
-.PHONY: promtool
-promtool: ## Check deploy/prometheus config and alert rules and run the alert unit tests (installs promtool if missing)
-	@command -v $(PROMTOOL) >/dev/null || { \
+# Debian's package prometheus brings the server (make monitor, and the e2e
+# alert tests that make test runs) and promtool.
+.PHONY: prometheus-deps
+prometheus-deps: ## Install Debian's prometheus package (the server and promtool) if either is missing (as root)
+	@if ! command -v $(PROMETHEUS) >/dev/null || ! command -v $(PROMTOOL) >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "installing promtool (Debian package prometheus)"; \
+			echo "installing Prometheus and promtool (Debian package prometheus)"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 		else \
-			echo >&2 "promtool is missing: run 'sudo apt-get install --no-install-recommends prometheus' (Debian/Ubuntu)"; exit 1; \
-		fi; }
+			echo >&2 "prometheus or promtool is missing: run 'sudo apt-get install --no-install-recommends prometheus' (Debian/Ubuntu)"; exit 1; \
+		fi; \
+	fi
+
+.PHONY: promtool
+promtool: prometheus-deps ## Check deploy/prometheus config and alert rules and run the alert unit tests (installs Prometheus if missing)
 	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
 	$(PROMTOOL) check rules deploy/prometheus/rules/*.yml
 	$(PROMTOOL) test rules deploy/prometheus/tests/*.yml
+
+# The monitor scrapes what `make run` runs on the same state dir, whichever
+# starts first: eventforge dev writes its components' addresses where the
+# monitor reads them.
+.PHONY: monitor
+monitor: build prometheus-deps ## Start a real Prometheus with the shipped rules scraping make run's components, print its URL (make stop stops it)
+	$(EVENTFORGE) stack monitor
 
 ##@ Soak
 
@@ -282,7 +303,7 @@ EVENTFORGE_BENCH := $(BIN)/eventforge-bench
 
 .PHONY: build-bench
 build-bench: ## Build bin/eventforge-bench (the benchmark; not part of the production binary)
-	$(GO) build -o $(EVENTFORGE_BENCH) ./cmd/eventforge-bench
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(EVENTFORGE_BENCH) ./cmd/eventforge-bench
 
 .PHONY: bench
 bench: build build-bench ## Measure throughput, latency and memory on the local stack (≤ 15 min); prints a table, writes bench/results/

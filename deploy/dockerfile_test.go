@@ -130,7 +130,7 @@ func TestDockerfile(t *testing.T) {
 	if !slices.Contains(patterns, ".git") {
 		t.Error(".dockerignore must exclude .git")
 	}
-	for _, need := range []string{"go.mod", "go.sum", "cmd", "api", "cdc", "consumer", "internal", "proto", "schema", "deploy/local", "deploy/prometheus/rules", "console"} {
+	for _, need := range []string{"go.mod", "go.sum", "cmd", "api", "cdc", "consumer", "internal", "proto", "schema", "deploy/local", "deploy/prometheus", "console"} {
 		for _, p := range patterns {
 			if strings.HasPrefix(p, "#") {
 				continue

@@ -101,8 +101,9 @@ func TestDLQToolsStreamALargeDLQ(t *testing.T) {
 	if purged != largeDLQ+1-kept {
 		t.Errorf("dlq_purged holds %d records, want %d", purged, largeDLQ+1-kept)
 	}
-	// Purge says what it deletes: nothing without a selection.
-	stderr := eventforge(t, 1, append(append([]string{"dlq", "purge"}, brokers...), "--database-url", env.DatabaseURL, "--yes")...).Stderr
+	// Purge says what it deletes: nothing without a selection (a usage
+	// error).
+	stderr := eventforge(t, 2, append(append([]string{"dlq", "purge"}, brokers...), "--database-url", env.DatabaseURL, "--yes")...).Stderr
 	if !strings.Contains(stderr, "say what to purge") {
 		t.Errorf("purge without a selection: %s", stderr)
 	}

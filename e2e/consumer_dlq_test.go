@@ -145,10 +145,14 @@ func windowRetriesExhausted(t *testing.T) {
 		t.Errorf("eventforge_dlq_oldest_age_seconds = %v, want > 0", v)
 	}
 
-	// Purge needs --yes.
-	stderr := eventforge(t, 1, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--all").Stderr
-	if !strings.Contains(stderr, "--yes") {
-		t.Errorf("purge without --yes: %s", stderr)
+	// Purge needs --yes: without it, it says what it would delete (a dry
+	// run: nothing failed, exit status 0).
+	out = eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--all").Stdout
+	if !strings.Contains(out, "would delete 2 records") || !strings.Contains(out, "--yes") {
+		t.Errorf("purge without --yes: %s", out)
+	}
+	if n := len(readDLQEntries(t, pl, topic)); n != 2 {
+		t.Fatalf("DLQ holds %d records after a purge without --yes, want 2", n)
 	}
 	eventforge(t, 0, "dlq", "purge", "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap, "--topic", topic, "--database-url", pl.env.DatabaseURL, "--all", "--yes")
 	if n := len(readDLQEntries(t, pl, topic)); n != 0 {

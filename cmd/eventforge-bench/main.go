@@ -12,7 +12,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -44,12 +43,17 @@ func run() error {
 		return runPollingRelay(os.Args[2:])
 	}
 	var c commandLine
-	kong.Parse(&c,
+	parser, err := kong.New(&c,
 		kong.Name("eventforge-bench"),
 		kong.Description("Measure EventForge's throughput, latency and memory on the local stack."),
 		kong.DefaultEnvars("EVENTFORGE"),
-		kong.UsageOnError(),
 	)
+	if err != nil {
+		return err
+	}
+	if _, err := cli.Parse(parser, os.Args[1:]); err != nil {
+		return err
+	}
 	logger, err := logging.New(os.Stderr, c.LogLevel)
 	if err != nil {
 		return err
@@ -79,17 +83,17 @@ func runPollingRelay(args []string) error {
 }
 
 // parseRelay parses the polling relay's flags; --help prints its usage and
-// exits.
+// exits, and flags that do not parse are a usage error (cli.UsageError).
 func parseRelay(args []string) (relayCLI, error) {
 	var c relayCLI
 	parser, err := kong.New(&c, kong.Name("eventforge-bench "+polling.Command),
 		kong.Description("Run the polling outbox relay the benchmark's peers phase measures."),
-		kong.DefaultEnvars("EVENTFORGE"), kong.UsageOnError(), config.Vars())
+		kong.DefaultEnvars("EVENTFORGE"), config.Vars())
 	if err != nil {
 		return c, err
 	}
-	if _, err := parser.Parse(args); err != nil {
-		return c, fmt.Errorf("%s: %w", polling.Command, err)
+	if _, err := cli.Parse(parser, args); err != nil {
+		return c, err
 	}
 	return c, nil
 }

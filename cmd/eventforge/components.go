@@ -13,15 +13,18 @@ import (
 type apiCmd struct {
 	api.Config `embed:""`
 	Console    console.Config `embed:"" group:"Console (/ui/ and /api/ops/, off unless --console)"`
+	kafkaFlags
+	tracingFlags
 }
 
+// Validate refuses a console exposed without a token while kong parses the
+// command line (a usage error).
+func (c *apiCmd) Validate() error { return c.Console.CheckExposure(c.HTTPAddr) }
+
 func (c *apiCmd) Run(env *runEnv) error {
-	if err := c.Console.CheckExposure(c.HTTPAddr); err != nil {
-		return err
-	}
 	setGCPercent(apiGCPercent, env.logger)
 	// An empty key inlines the group: each flag is a key of the line.
-	env.logger.Info("starting api", slog.Any("", c.Config), slog.Any("", c.Console), "kafka_security", env.kafka)
+	env.logger.Info("starting api", slog.Any("", c.Config), slog.Any("", c.Console), "kafka_security", c.kafkaSecurity())
 	if !c.Console.Enabled {
 		if c.Console.OpsToken != "" || c.Console.EnableDrills {
 			env.logger.Warn("the console is off: --ops-token and --enable-drills take effect with --console")
@@ -34,19 +37,23 @@ func (c *apiCmd) Run(env *runEnv) error {
 type cdcCmd struct {
 	cdc.Config  `embed:""`
 	MetricsAddr string `name:"metrics-addr" help:"Serve Prometheus /metrics on this address (empty: off)."`
+	kafkaFlags
+	tracingFlags
 }
 
 func (c *cdcCmd) Run(env *runEnv) error {
-	env.logger.Info("starting cdc", slog.Any("", c.Config), "metrics_addr", c.MetricsAddr, "kafka_security", env.kafka)
+	env.logger.Info("starting cdc", slog.Any("", c.Config), "metrics_addr", c.MetricsAddr, "kafka_security", c.kafkaSecurity())
 	return runCDC(env, c.Config, c.MetricsAddr)
 }
 
 type consumerCmd struct {
 	consumer.Config `embed:""`
+	kafkaFlags
+	tracingFlags
 }
 
 func (c *consumerCmd) Run(env *runEnv) error {
-	env.logger.Info("starting consumer", slog.Any("", c.Config), "kafka_security", env.kafka)
+	env.logger.Info("starting consumer", slog.Any("", c.Config), "kafka_security", c.kafkaSecurity())
 	return consumer.Run(env.ctx, c.Config, env.logger)
 }
 

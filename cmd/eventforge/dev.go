@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/eventforge/eventforge/internal/failpoint"
 	"github.com/eventforge/eventforge/internal/freeport"
 	"github.com/eventforge/eventforge/internal/localstack"
+	"github.com/eventforge/eventforge/internal/promserver"
 )
 
 type devCmd struct {
@@ -33,6 +35,21 @@ type devCmd struct {
 	Topic        string `name:"topic" help:"Topic of the order events." default:"${topic}"`
 	GroupPrefix  string `name:"group-prefix" help:"Consumer groups are <prefix><consumer name>." default:"eventforge-"`
 	OpsToken     string `name:"ops-token" log:"secret" help:"Require this bearer token on the console's ops API (required when --http-addr is not a loopback address)."`
+	kafkaFlags
+	tracingFlags
+}
+
+// Validate refuses flags that do not go together, while kong parses the
+// command line (usage errors).
+func (c *devCmd) Validate() error {
+	if c.OpsToken == "" && !console.Loopback(c.HTTPAddr) {
+		return fmt.Errorf("dev serves the console and its drills on --http-addr %s, which is not a loopback address: "+
+			"set --ops-token (EVENTFORGE_OPS_TOKEN) or listen on 127.0.0.1", c.HTTPAddr)
+	}
+	if (c.DatabaseURL == "") != (c.KafkaBrokers == "") {
+		return errors.New("--database-url and --kafka-brokers go together")
+	}
+	return nil
 }
 
 // Run starts the local stack (unless --database-url and --kafka-brokers
@@ -41,14 +58,7 @@ type devCmd struct {
 // same binary: a child that dies is restarted. PostgreSQL and Kafka keep
 // running afterwards (`eventforge stack down` stops them).
 func (c *devCmd) Run(env *runEnv) error {
-	if c.OpsToken == "" && !console.Loopback(c.HTTPAddr) {
-		return fmt.Errorf("dev serves the console and its drills on --http-addr %s, which is not a loopback address: "+
-			"set --ops-token (EVENTFORGE_OPS_TOKEN) or listen on 127.0.0.1", c.HTTPAddr)
-	}
-	external := c.DatabaseURL != "" || c.KafkaBrokers != ""
-	if external && (c.DatabaseURL == "" || c.KafkaBrokers == "") {
-		return errors.New("--database-url and --kafka-brokers go together")
-	}
+	external := c.DatabaseURL != ""
 	lockDir := c.lockDir(external)
 	release, err := lockDev(lockDir)
 	if err != nil {
@@ -81,7 +91,8 @@ func (c *devCmd) Run(env *runEnv) error {
 	consCfg.Consumers, consCfg.MetricsSources = map[string]string{}, map[string]string{}
 
 	sup := newSupervisor(binary, os.Stderr, env.logger.With("component", "supervisor"))
-	if err := c.addChildren(sup, &consCfg, dsn, brokers); err != nil {
+	targets, err := c.addChildren(sup, &consCfg, dsn, brokers)
+	if err != nil {
 		return err
 	}
 
@@ -100,6 +111,10 @@ func (c *devCmd) Run(env *runEnv) error {
 	g.Go(func() error {
 		select {
 		case addrs := <-ready:
+			targets[promserver.Job("api")] = []string{addrs.HTTP}
+			if err := writeMonitorTargets(lockDir, targets); err != nil {
+				env.logger.Warn("writing the monitor's targets", "err", err)
+			}
 			printBanner(addrs, dsn, brokers, consCfg.MetricsSources, c.Topic)
 		case <-ctx.Done():
 		}
@@ -109,31 +124,67 @@ func (c *devCmd) Run(env *runEnv) error {
 }
 
 // addChildren adds cdc and every consumer to sup, each exporting its
-// metrics on a free loopback address that consCfg lists.
-func (c *devCmd) addChildren(sup *supervisor, consCfg *console.Config, dsn, brokers string) error {
+// metrics on a free loopback address that consCfg lists, and reading dev's
+// Kafka security and tracing settings from its environment. It returns
+// those addresses by scrape job (promserver.Job).
+func (c *devCmd) addChildren(sup *supervisor, consCfg *console.Config, dsn, brokers string) (map[string][]string, error) {
+	targets := map[string][]string{}
 	// Failpoints given to dev arm each child's first process.
 	initial := os.Getenv(failpoint.EnvVar)
+	settings := append(flagEnv(c.Kafka), flagEnv(c.Tracing)...)
 	addChild := func(name string, args ...string) error {
 		addr, err := freeport.Addr()
 		if err != nil {
 			return err
 		}
-		sup.add(childSpec{name: name, args: args, env: []string{"EVENTFORGE_METRICS_ADDR=" + addr}, initialFailpoints: initial})
+		env := append(slices.Clone(settings), "EVENTFORGE_METRICS_ADDR="+addr)
+		sup.add(childSpec{name: name, args: args, env: env, initialFailpoints: initial})
+		job := promserver.Job(args[0]) // the command: cdc or consumer
+		targets[job] = append(targets[job], addr)
 		consCfg.MetricsSources[name] = "http://" + addr + "/metrics"
 		return nil
 	}
 	if err := addChild("cdc", "cdc", "--database-url", dsn, "--kafka-brokers", brokers, "--slot", c.Slot, "--topic", "order="+c.Topic); err != nil {
-		return err
+		return nil, err
 	}
 	for _, name := range devConsumers() {
 		group := c.GroupPrefix + name
 		consCfg.Consumers[name] = group
 		if err := addChild("consumer-"+name, "consumer", "--database-url", dsn, "--kafka-brokers", brokers,
 			"--name", name, "--group", group, "--topics", c.Topic); err != nil {
+			return nil, err
+		}
+	}
+	return targets, nil
+}
+
+// writeMonitorTargets writes the metrics addresses of dev's components,
+// by scrape job, where the Prometheus of `eventforge stack monitor` on the
+// state dir stateDir reads them; a monitor that runs picks them up at once.
+func writeMonitorTargets(stateDir string, targets map[string][]string) error {
+	for job, addrs := range targets {
+		if err := promserver.WriteTargets(localstack.MonitorDir(stateDir), job, addrs); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// flagEnv returns, for each flag of the struct flags that holds a value, its
+// EVENTFORGE_* variable set to that value (kong.DefaultEnvars' names): the
+// environment of a child process that is to run with the same settings.
+func flagEnv(flags any) []string {
+	v := reflect.ValueOf(flags)
+	var env []string
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Tag.Get("name")
+		if name == "" || v.Field(i).IsZero() {
+			continue
+		}
+		key := "EVENTFORGE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		env = append(env, fmt.Sprintf("%s=%v", key, v.Field(i).Interface()))
+	}
+	return env
 }
 
 // lockDir is the directory of dev's lock: the local stack's state

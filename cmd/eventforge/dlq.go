@@ -28,12 +28,13 @@ type dlqCmd struct {
 type dlqTopicFlags struct {
 	KafkaBrokers string `name:"kafka-brokers" help:"Kafka bootstrap servers." default:"${kafka_brokers}"`
 	Topic        string `name:"topic" help:"DLQ topic." default:"${topic}.dlq"`
+	kafkaFlags
 }
 
 // dlqFilterFlags select records.
 type dlqFilterFlags struct {
-	Consumer  string        `name:"consumer" help:"Only records dead-lettered by this consumer (${consumer_names_in_words})."`
-	Class     string        `name:"class" help:"Only this error class (permanent, transient, not_found, unavailable, unknown)."`
+	Consumer  string        `name:"consumer" help:"Only records dead-lettered by this consumer (${consumer_names_in_words})." enum:",${consumer_names}" default:""`
+	Class     string        `name:"class" help:"Only this error class (${error_classes_in_words})." enum:",${error_classes}" default:""`
 	Type      string        `name:"type" help:"Only this event type, e.g. OrderCreated."`
 	EventID   string        `name:"event-id" help:"Only this event ID."`
 	Key       string        `name:"key" help:"Only this record key (order ID)."`
@@ -128,6 +129,18 @@ func (c *dlqShowCmd) Run(env *runEnv) error {
 			continue
 		}
 		printEntry(os.Stdout, e, time.Now())
+	}
+	return nil
+}
+
+// Validate refuses a command line that names neither a position nor an
+// event ID, or both, and a position that does not parse (usage errors).
+func (c *dlqShowCmd) Validate() error {
+	if (c.Position == "") == (c.EventID == "") {
+		return errors.New("give a position <partition>:<offset> or --event-id")
+	}
+	if _, _, _, ok := dlq.ParsePosition(c.Position); c.Position != "" && !ok {
+		return fmt.Errorf("position %q: want <partition>:<offset>", c.Position)
 	}
 	return nil
 }

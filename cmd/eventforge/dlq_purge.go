@@ -20,7 +20,10 @@ type dlqPurgeCmd struct {
 	Yes         bool          `name:"yes" help:"Really delete (without it, only print what would be deleted)."`
 }
 
-func (c *dlqPurgeCmd) Run(env *runEnv) error {
+// Validate refuses a purge that does not name exactly one selection, and a
+// --through that does not parse: kong calls it while it parses the command
+// line, so these are usage errors.
+func (c *dlqPurgeCmd) Validate() error {
 	named := 0
 	for _, b := range []bool{len(c.Through) > 0, c.OlderThan > 0, c.All} {
 		if b {
@@ -30,6 +33,17 @@ func (c *dlqPurgeCmd) Run(env *runEnv) error {
 	if named != 1 {
 		return errors.New("say what to purge, one of: --through P:O (what dlq replay printed), --older-than, --all")
 	}
+	for _, arg := range c.Through {
+		if _, _, _, ok := dlq.ParsePosition(arg); !ok {
+			return fmt.Errorf("--through %q: want <partition>:<offset>", arg)
+		}
+	}
+	return nil
+}
+
+// Run deletes what the selection names; without --yes it only prints
+// that (a dry run, exit status 0).
+func (c *dlqPurgeCmd) Run(env *runEnv) error {
 	r, err := dlq.NewReader(c.KafkaBrokers)
 	if err != nil {
 		return err
@@ -39,10 +53,7 @@ func (c *dlqPurgeCmd) Run(env *runEnv) error {
 	if len(c.Through) > 0 {
 		through := map[int32]int64{}
 		for _, arg := range c.Through {
-			_, p, o, ok := dlq.ParsePosition(arg)
-			if !ok {
-				return fmt.Errorf("--through %q: want <partition>:<offset>", arg)
-			}
+			_, p, o, _ := dlq.ParsePosition(arg) // Validate parsed it
 			through[p] = o
 		}
 		plans, err = dlq.PlanThrough(r, c.Topic, through)
@@ -62,7 +73,8 @@ func (c *dlqPurgeCmd) Run(env *runEnv) error {
 		return nil
 	}
 	if !c.Yes {
-		return fmt.Errorf("would delete %d records from %s: re-run with --yes", total, c.Topic)
+		fmt.Printf("would delete %d records from %s: re-run with --yes to delete them\n", total, c.Topic)
+		return nil
 	}
 	return purge(env, r, c.Topic, c.DatabaseURL, plans)
 }

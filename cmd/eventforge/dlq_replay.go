@@ -56,7 +56,8 @@ func (c *dlqReplayCmd) Run(env *runEnv) error {
 		return err
 	}
 	if sel.selected == 0 {
-		return fmt.Errorf("no record in %s matches", c.Topic)
+		fmt.Printf("%s: %d records held, none matches: nothing to replay\n", c.Topic, sel.held)
+		return nil
 	}
 	if c.DryRun {
 		return c.printReplays(env, r, sel, match, now)
@@ -81,6 +82,14 @@ func (c *dlqReplayCmd) Run(env *runEnv) error {
 		return fmt.Errorf("%d of %d replays failed", len(out.failed), out.replays)
 	}
 	return nil
+}
+
+// Validate refuses a replay that names neither a position, nor filters,
+// nor --all, and a position that does not parse: kong calls it while it
+// parses the command line, so these are usage errors.
+func (c *dlqReplayCmd) Validate() error {
+	_, err := c.matcher()
+	return err
 }
 
 // matcher returns what selects an entry: the filters and the position.

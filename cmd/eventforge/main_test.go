@@ -107,7 +107,7 @@ func TestStartupLinesMaskSecrets(t *testing.T) {
 	sasl := []string{"--kafka-security-protocol", "sasl_plaintext", "--kafka-sasl-username", "u", "--kafka-sasl-password", secret}
 	api := parse(t, append([]string{"api", "--database-url", dsn, "--page-token-key", secret, "--console", "--ops-token", secret}, sasl...)...)
 	lines := map[string][]any{
-		"api":      {slog.Any("", api.API.Config), slog.Any("", api.API.Console), "kafka_security", api.Kafka},
+		"api":      {slog.Any("", api.API.Config), slog.Any("", api.API.Console), "kafka_security", api.API.Kafka},
 		"cdc":      {slog.Any("", parse(t, "cdc", "--database-url", dsn).CDC.Config)},
 		"consumer": {slog.Any("", parse(t, "consumer", "--database-url", dsn).Consumer.Config)},
 		"verify":   {slog.Any("", parse(t, "verify", "--database-url", dsn).Verify.Config)},

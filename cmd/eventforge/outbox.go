@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -66,6 +67,8 @@ type deadLettersReplayCmd struct {
 	Table        string        `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
 	EventID      []string      `name:"event-id" help:"Event ID to replay (repeatable); default: every dead letter not replayed yet."`
 	FlushTimeout time.Duration `name:"flush-timeout" help:"How long to wait for Kafka's acknowledgements." default:"30s"`
+	kafkaFlags
+	tracingFlags
 }
 
 func (c *deadLettersReplayCmd) Run(env *runEnv) error {
@@ -89,12 +92,16 @@ type outboxReplayCmd struct {
 	Since         time.Time         `name:"since" help:"Republish events created at or after this time (RFC 3339)." xor:"selection"`
 	Until         time.Time         `name:"until" help:"Republish events created before this time (RFC 3339); with --since."`
 	NoProgress    bool              `name:"no-progress" help:"Do not draw a progress bar."`
+	kafkaFlags
+	tracingFlags
 }
 
-func (c *outboxReplayCmd) Run(env *runEnv) error {
-	cfg := replay.Config{
+// config is the replay the flags describe, publishing through a Kafka
+// sink that logs to logger.
+func (c *outboxReplayCmd) config(logger *slog.Logger) replay.Config {
+	return replay.Config{
 		DatabaseURL:   c.DatabaseURL,
-		Driver:        kafkasink.Driver{Bootstrap: c.KafkaBrokers, Logger: env.logger},
+		Driver:        kafkasink.Driver{Bootstrap: c.KafkaBrokers, Logger: logger},
 		OutboxTable:   c.OutboxTable,
 		Topics:        c.Topics,
 		TopicFallback: c.TopicFallback,
@@ -102,6 +109,14 @@ func (c *outboxReplayCmd) Run(env *runEnv) error {
 		Since:         c.Since,
 		Until:         c.Until,
 	}
+}
+
+// Validate refuses a replay without a selection, or with an empty time
+// range, while kong parses the command line (usage errors).
+func (c *outboxReplayCmd) Validate() error { return c.config(nil).Validate() }
+
+func (c *outboxReplayCmd) Run(env *runEnv) error {
+	cfg := c.config(env.logger)
 	var bar *progressbar.ProgressBar
 	progress := func(acked, total int64) {
 		if c.NoProgress {

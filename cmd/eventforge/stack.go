@@ -11,14 +11,20 @@ import (
 )
 
 type stackCmd struct {
-	Up     stackUpCmd     `cmd:"" help:"Start PostgreSQL and Kafka (idempotent) and create the topics."`
-	Down   stackDownCmd   `cmd:"" help:"Stop Kafka and every PostgreSQL of the state dir (all versions)."`
-	Status stackStatusCmd `cmd:"" help:"Show whether PostgreSQL and Kafka run, with their endpoints."`
+	Up      stackUpCmd      `cmd:"" help:"Start PostgreSQL and Kafka (idempotent) and create the topics."`
+	Down    stackDownCmd    `cmd:"" help:"Stop the monitor's Prometheus, Kafka and every PostgreSQL of the state dir (all versions)."`
+	Status  stackStatusCmd  `cmd:"" help:"Show whether PostgreSQL, Kafka and the monitor's Prometheus run, with their endpoints."`
+	Monitor stackMonitorCmd `cmd:"" help:"Start a Prometheus with the shipped jobs and alert rules that scrapes what eventforge dev runs on this state dir (idempotent); print its URL."`
+}
+
+// stateDirFlag names the stack's state dir.
+type stateDirFlag struct {
+	StateDir string `name:"state-dir" help:"Where the stack keeps its data (default /var/tmp/eventforge-<hash of checkout>)."`
 }
 
 type stackFlags struct {
-	StateDir  string `name:"state-dir" help:"Where the stack keeps its data (default /var/tmp/eventforge-<hash of checkout>)."`
-	PGVersion int    `name:"pg-version" help:"PostgreSQL major version: 15 (Debian's package), 16, 17 or 18 (pinned npm packages). Each version has its own data dir and port (15: 54329, N: 54300+N); Kafka is shared. Default 15."`
+	stateDirFlag
+	PGVersion int `name:"pg-version" help:"PostgreSQL major version: 15 (Debian's package), 16, 17 or 18 (pinned npm packages). Each version has its own data dir and port (15: 54329, N: 54300+N); Kafka is shared." default:"${pg_default}" enum:"${pg_versions}"`
 }
 
 func (f stackFlags) config() localstack.Config {
@@ -84,7 +90,24 @@ func (c *stackStatusCmd) Run(env *runEnv) error {
 		}
 		return fmt.Sprintf("running (pid %d, rss %d MiB)", s.PID, s.RSSBytes>>20)
 	}
-	fmt.Printf("state dir      %s\nPostgreSQL %d  %s  %s\nKafka          %s  %s\n", rep.StateDir,
-		rep.PGVersion, state(rep.Postgres), rep.PostgresDSN, state(rep.Kafka), rep.KafkaBootstrap)
+	fmt.Printf("state dir      %s\nPostgreSQL %d  %s  %s\nKafka          %s  %s\nPrometheus     %s  %s\n", rep.StateDir,
+		rep.PGVersion, state(rep.Postgres), rep.PostgresDSN, state(rep.Kafka), rep.KafkaBootstrap, state(rep.Prometheus), rep.PrometheusURL)
+	return nil
+}
+
+type stackMonitorCmd struct {
+	stateDirFlag
+}
+
+// Run starts the monitor (localstack.Monitor) and prints where it answers.
+// eventforge dev writes its components' metrics addresses where the
+// monitor reads them, so either may start first.
+func (c *stackMonitorCmd) Run(env *runEnv) error {
+	res, err := localstack.Monitor(env.ctx, localstack.Config{StateDir: c.StateDir}, env.logger)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Prometheus     %[1]s   (alerts %[1]s/alerts, targets %[1]s/targets)\n", res.URL)
+	fmt.Printf("               rules and data in %s; `eventforge stack down` (make stop) stops it\n", res.Dir)
 	return nil
 }

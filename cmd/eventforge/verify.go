@@ -11,6 +11,7 @@ import (
 type verifyCmd struct {
 	verify.Config `embed:""`
 	JSON          bool `name:"json" help:"Print the report as one JSON object."`
+	kafkaFlags
 }
 
 // Run audits durable state and exits 1 when the delivery contract is

@@ -71,6 +71,12 @@ const (
 	ClassUnknown Class = "unknown"
 )
 
+// Classes returns every class, in the order of their declaration: the
+// values the dlq.error.class header can hold.
+func Classes() []Class {
+	return []Class{ClassPermanent, ClassTransient, ClassUnavailable, ClassNotFound, ClassUnknown}
+}
+
 // Classify returns the class of an attempt's error by the error alone. It
 // cannot tell an error that refuses this event from one that refuses every
 // event: a timeout without a SQLSTATE (the attempt's deadline,

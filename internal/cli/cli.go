@@ -22,8 +22,10 @@ func StopContext() (ctx context.Context, stop context.CancelFunc) {
 
 // Main runs run and ends the process by its result. A nil error, or one that
 // is context.Canceled (a command stopped by StopContext's signals), returns
-// and the process exits with status 0; any other error is printed as
-// "name: error" on stderr and the process exits with status 1.
+// and the process exits with status 0; a *UsageError is printed as one line
+// "name: problem; see '<command> --help'" on stderr and the process exits
+// with ExitUsage (2); any other error is printed as "name: error" and the
+// process exits with status 1.
 func Main(name string, run func() error) {
 	if code := exit(os.Stderr, name, run()); code != 0 {
 		os.Exit(code)
@@ -35,6 +37,10 @@ func Main(name string, run func() error) {
 func exit(w io.Writer, name string, err error) int {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return 0
+	}
+	if ue, ok := errors.AsType[*UsageError](err); ok {
+		fmt.Fprintln(w, name+":", ue.line())
+		return ExitUsage
 	}
 	fmt.Fprintln(w, name+":", err)
 	return 1

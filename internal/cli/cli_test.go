@@ -24,6 +24,10 @@ func TestExit(t *testing.T) {
 		{"stopped while running a step", fmt.Errorf("running cdc: %w", context.Canceled), 0, ""},
 		{"failure", errors.New("connecting to postgres: refused"), 1, "eventforge: connecting to postgres: refused\n"},
 		{"deadline is a failure", fmt.Errorf("waiting: %w", context.DeadlineExceeded), 1, "eventforge: waiting: context deadline exceeded\n"},
+		{"usage error", &UsageError{Command: "eventforge dlq replay", Err: errors.New("say what to replay")}, 2,
+			"eventforge: say what to replay; see 'eventforge dlq replay --help'\n"},
+		{"usage error of several lines", fmt.Errorf("parsing: %w", &UsageError{Command: "eventforge cdc", Err: errors.Join(errors.New("a: bad"), errors.New("b: worse"))}), 2,
+			"eventforge: a: bad b: worse; see 'eventforge cdc --help'\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

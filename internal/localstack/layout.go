@@ -33,6 +33,11 @@ type layout struct {
 	kafkaProps  string
 	kafkaLog4j  string
 	kafkaFormat string // marker in kafkaData written by StorageTool
+
+	promDir  string // Prometheus's configuration, rules, targets and data (promserver.Write)
+	promPID  string
+	promAddr string // the host:port it serves on
+	promLog  string // its stdout and stderr
 }
 
 // newLayoutFor is the layout of root with the cluster of a PostgreSQL major
@@ -107,5 +112,10 @@ func newLayout(root string) layout {
 		kafkaProps:  filepath.Join(kafka, "server.properties"),
 		kafkaLog4j:  filepath.Join(kafka, "log4j2.xml"),
 		kafkaFormat: filepath.Join(kdata, "meta.properties"),
+
+		promDir:  MonitorDir(root),
+		promPID:  filepath.Join(MonitorDir(root), "prometheus.pid"),
+		promAddr: filepath.Join(MonitorDir(root), "address"),
+		promLog:  filepath.Join(MonitorDir(root), "prometheus.log"),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,10 +113,10 @@ func Up(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	return res, nil
 }
 
-// Down stops Kafka (SIGTERM, then SIGKILL after 30 s) and every PostgreSQL
-// server of cfg's state dir, whatever its version (fast shutdown), standbys
-// included. Services that are not running are no error. State is kept: the
-// next Up starts from it.
+// Down stops the Prometheus of Monitor, Kafka (SIGTERM, then SIGKILL after
+// 30 s) and every PostgreSQL server of cfg's state dir, whatever its
+// version (fast shutdown), standbys included. Services that are not running
+// are no error. State is kept: the next Up starts from it.
 func Down(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -131,15 +132,15 @@ func Down(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
+	errs := []error{stopPrometheus(ctx, l, log)}
 	kerr := stopKafka(ctx, l, log)
-	var perrs []error
 	for _, dir := range pgDirs(cfg.StateDir) {
-		perrs = append(perrs, stopPostgres(ctx, l.withPGDir(dir), log))
+		errs = append(errs, stopPostgres(ctx, l.withPGDir(dir), log))
 	}
 	if kerr != nil {
 		return kerr
 	}
-	return errors.Join(perrs...)
+	return errors.Join(errs...)
 }
 
 // DownPostgres stops only the PostgreSQL server of cfg's version in the
@@ -171,6 +172,10 @@ type StatusReport struct {
 	Postgres ServiceStatus
 	// Kafka is the broker process.
 	Kafka ServiceStatus
+	// Prometheus is the server Monitor started; PrometheusURL is where it
+	// answers while it runs.
+	Prometheus    ServiceStatus
+	PrometheusURL string
 }
 
 // ServiceStatus describes one service.
@@ -196,10 +201,11 @@ func Status(ctx context.Context, cfg Config) (StatusReport, error) {
 	l := newLayoutFor(cfg.StateDir, cfg.PGVersion)
 	pw, _ := os.ReadFile(l.adminPassword)
 	rep := StatusReport{
-		Endpoints: cfg.endpoints(strings.TrimSpace(string(pw))),
-		StateDir:  cfg.StateDir,
-		Postgres:  ServiceStatus{LogFile: l.pgLog + "/postgresql.log"},
-		Kafka:     ServiceStatus{LogFile: l.kafkaLogs + "/server.log"},
+		Endpoints:  cfg.endpoints(strings.TrimSpace(string(pw))),
+		StateDir:   cfg.StateDir,
+		Postgres:   ServiceStatus{LogFile: l.pgLog + "/postgresql.log"},
+		Kafka:      ServiceStatus{LogFile: l.kafkaLogs + "/server.log"},
+		Prometheus: ServiceStatus{LogFile: l.promLog},
 	}
 	if pid := readPID(l.pgPIDFile); isPostmasterOf(pid, l) {
 		rep.Postgres.PID = pid
@@ -210,6 +216,14 @@ func Status(ctx context.Context, cfg Config) (StatusReport, error) {
 		rep.Kafka.PID = pid
 		rep.Kafka.RSSBytes = rssBytes(pid)
 		rep.Kafka.Running = answers(cfg.KafkaPort, time.Second)
+	}
+	if pid := prometheusPID(l); pid != 0 {
+		addr, _ := os.ReadFile(l.promAddr)
+		rep.Prometheus.PID, rep.Prometheus.RSSBytes = pid, rssBytes(pid)
+		_, port, _ := strings.Cut(strings.TrimSpace(string(addr)), ":")
+		if p, err := strconv.Atoi(port); err == nil && answers(p, time.Second) {
+			rep.Prometheus.Running, rep.PrometheusURL = true, "http://"+strings.TrimSpace(string(addr))
+		}
 	}
 	return rep, nil
 }

@@ -201,8 +201,8 @@ func TestConsoleAccess(t *testing.T) {
 		p := start(t, fmt.Sprintf("api-open-%d", i), open.env, args...)
 		err := p.waitExit(60 * time.Second)
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Errorf("%v eventforge %s: %v, want exit status 1", open.env, strings.Join(args, " "), err)
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("%v eventforge %s: %v, want exit status 2 (a usage error)", open.env, strings.Join(args, " "), err)
 		}
 		if out, _ := os.ReadFile(p.Log); !strings.Contains(string(out), "not a loopback address") || !strings.Contains(string(out), "--ops-token") {
 			t.Errorf("%v eventforge %s: refused without naming --ops-token and the address:\n%s", open.env, strings.Join(args, " "), out)

@@ -152,7 +152,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		{"eventforge_cdc", cdcDSN, `UPDATE orders SET status = 'processed'`},
 		{"eventforge_cdc", cdcDSN, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', 'x', 'X', '{}')`},
 		{"eventforge_consumer", consumerDSN, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', 'x', 'X', '{}')`},
-		{"eventforge_consumer", consumerDSN, `DELETE FROM processed_events`},
+		{"eventforge_consumer", consumerDSN, `DELETE FROM outbox`},
+		{"eventforge_consumer", consumerDSN, `UPDATE processed_events SET event_id = gen_random_uuid()`},
 	} {
 		conn, err := pgx.Connect(ctx, tc.dsn)
 		if err != nil {

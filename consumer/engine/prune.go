@@ -62,6 +62,9 @@ func (r *Runtime) pruneMarks(ctx context.Context, logs chan kafka.LogEvent) {
 	if r.opts.MarksPruneInterval <= 0 {
 		return
 	}
+	// Exported from the start, so that a scrape shows pruning is on.
+	marksPruned.WithLabelValues(r.opts.Name).Add(0)
+	marksPrunePaused.WithLabelValues(r.opts.Name).Set(0)
 	if len(r.opts.Topics) != 1 {
 		r.logger.Info("marks are not pruned: a mark keeps its partition, not its topic, so pruning needs one source topic", "topics", r.opts.Topics)
 		return

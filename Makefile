@@ -131,7 +131,7 @@ test: build openapi-validator web-deps web-test browser-deps test-locales ## Run
 # `make unit` by itself. The packages below link no testenv but still need
 # more than Go:
 #   internal/localstack  starts PostgreSQL and Kafka (jars from Maven) itself
-#   internal/pgbin       installs PostgreSQL server packages from npm
+#   internal/pgbin       installs PostgreSQL server packages from npm, tools from PyPI
 # A package with both kinds of tests (consumer/dlq, consumer/engine, cdc)
 # is a stack package: its pure tests run in `make test`.
 UNIT_EXCLUDED := internal/localstack internal/pgbin

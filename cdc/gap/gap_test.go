@@ -63,3 +63,34 @@ func TestLimitClampsAndAsksForARaise(t *testing.T) {
 		t.Fatalf("Set lowered the limit to %d", got)
 	}
 }
+
+// TestAdoptable: only a valid, idle slot confirmed past the limit of a
+// checkpoint that knows what was published is checked for adoption; every
+// other gap is recovered.
+func TestAdoptable(t *testing.T) {
+	below := int64(900)
+	pid := int32(42)
+	cp := Checkpoint{Found: true, Limit: 0x5000, PublishedBelow: &below}
+	past := slot.State{Exists: true, Confirmed: 0x8000, WALStatus: "reserved"}
+	for _, tc := range []struct {
+		name string
+		st   slot.State
+		cp   Checkpoint
+		want bool
+	}{
+		{"past the limit", past, cp, true},
+		{"at the limit: no gap", slot.State{Exists: true, Confirmed: 0x5000}, cp, false},
+		{"missing", slot.State{}, cp, false},
+		{"WAL removed", slot.State{Exists: true, Confirmed: 0x8000, WALStatus: "lost"}, cp, false},
+		{"invalidated", slot.State{Exists: true, Confirmed: 0x8000, Invalidation: "idle_timeout"}, cp, false},
+		{"held by a walsender", slot.State{Exists: true, Confirmed: 0x8000, ActivePID: &pid}, cp, false},
+		{"no checkpoint", past, Checkpoint{}, false},
+		{"published_below unknown", past, Checkpoint{Found: true, Limit: 0x5000}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := adoptable(tc.st, tc.cp); got != tc.want {
+				t.Fatalf("adoptable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

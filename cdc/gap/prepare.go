@@ -13,8 +13,9 @@ import (
 // (--no-create-slot).
 var ErrRefused = errors.New("replication slot gap")
 
-// Prepare checks the slot against its checkpoint before a session, recovers
-// a gap, adopts a slot that has no checkpoint yet, loads the confirm limit
+// Prepare checks the slot against its checkpoint before a session, adopts a
+// slot confirmed past the limit when every outbox row is published
+// (adopt.go), recovers a gap, adopts a slot that has no checkpoint yet, loads the confirm limit
 // from the checkpoint, and returns the slot as it is now and its
 // generation (Checkpoint.Generation).
 func (g *Guard) Prepare(ctx context.Context) (slot.State, string, error) {
@@ -30,6 +31,15 @@ func (g *Guard) Prepare(ctx context.Context) (slot.State, string, error) {
 		return slot.State{}, "", err
 	}
 	reason := Reason(st, cp)
+	if reason != "" {
+		limit, adopted, err := g.adopt(ctx, st, cp)
+		if err != nil {
+			return slot.State{}, "", err
+		}
+		if adopted {
+			reason, cp.Limit = "", limit
+		}
+	}
 	switch {
 	case reason != "" && g.cfg.NoCreateSlot && !st.Exists && !cp.Found:
 		return slot.State{}, "", control.Permanentf("replication slot %q does not exist (and --no-create-slot is set); run `eventforge migrate`", g.cfg.Slot)

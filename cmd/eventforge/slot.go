@@ -9,12 +9,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventforge/eventforge/cdc/gap"
+	"github.com/eventforge/eventforge/cdc/outbox"
 	"github.com/eventforge/eventforge/cdc/slot"
 )
 
 type slotCmd struct {
-	Status slotStatusCmd `cmd:"" help:"Show the replication slot: holder, confirmed/restart LSN, lag and retained WAL."`
-	Drop   slotDropCmd   `cmd:"" help:"Drop the replication slot (refused while a reader streams from it)."`
+	Status  slotStatusCmd  `cmd:"" help:"Show the replication slot: holder, confirmed/restart LSN, lag and retained WAL."`
+	Drop    slotDropCmd    `cmd:"" help:"Drop the replication slot (refused while a reader streams from it)."`
+	CatchUp slotCatchUpCmd `cmd:"" name:"catch-up" help:"Advance the stopped reader's slot to the WAL end when every outbox row is published (before pg_upgrade)."`
 }
 
 type slotFlags struct {
@@ -90,6 +93,42 @@ func (c *slotDropCmd) Run(env *runEnv) error {
 		return err
 	}
 	fmt.Printf("dropped replication slot %s\n", c.Slot)
+	return nil
+}
+
+type slotCatchUpCmd struct {
+	slotFlags
+	OutboxTable     string `name:"outbox-table" help:"Schema-qualified outbox table." default:"public.outbox"`
+	DeadLetterTable string `name:"dead-letter-table" help:"Schema-qualified dead-letter table." default:"public.cdc_dead_letters"`
+	CheckpointTable string `name:"checkpoint-table" help:"Schema-qualified table of the reader's slot checkpoint." default:"public.cdc_checkpoints"`
+}
+
+func (c *slotCatchUpCmd) Run(env *runEnv) error {
+	var t gap.Tables
+	for _, x := range []struct {
+		dst  *outbox.Table
+		name string
+	}{{&t.Outbox, c.OutboxTable}, {&t.DeadLetters, c.DeadLetterTable}, {&t.Checkpoints, c.CheckpointTable}} {
+		table, err := outbox.ParseTable(x.name)
+		if err != nil {
+			return err
+		}
+		*x.dst = table
+	}
+	conn, err := connectPG(env, c.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(env.ctx)
+	from, to, err := gap.CatchUp(env.ctx, conn, t, c.Slot)
+	if err != nil {
+		return err
+	}
+	if to == from {
+		fmt.Printf("replication slot %s is at %s: nothing to catch up\n", c.Slot, from)
+		return nil
+	}
+	fmt.Printf("replication slot %s caught up from %s to %s: every outbox row is published\n", c.Slot, from, to)
 	return nil
 }
 

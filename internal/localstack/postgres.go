@@ -106,10 +106,11 @@ func adminPassword(l layout) (string, error) {
 	return pw, nil
 }
 
-// initCluster runs initdb and installs the stack's pg_hba.conf (admitting
-// clients of networks too, beside loopback) and the include of its
-// settings. A half-made data dir from an interrupted run is removed first.
-func initCluster(ctx context.Context, l layout, owner pgOwner, dist pgbin.Dist, password string, networks []string, log *slog.Logger) error {
+// initCluster runs initdb (with the extra arguments) and installs the
+// stack's pg_hba.conf (admitting clients of networks too, beside loopback)
+// and the include of its settings. A half-made data dir from an interrupted
+// run is removed first.
+func initCluster(ctx context.Context, l layout, owner pgOwner, dist pgbin.Dist, password string, networks []string, log *slog.Logger, extra ...string) error {
 	begin := time.Now()
 	if err := os.RemoveAll(l.pgData); err != nil {
 		return fmt.Errorf("removing incomplete data dir: %w", err)
@@ -118,16 +119,16 @@ func initCluster(ctx context.Context, l layout, owner pgOwner, dist pgbin.Dist, 
 		return err
 	}
 	defer os.Remove(l.pgPwFile)
-	cmd := owner.pgCommand(ctx, dist, l.pgDir, "initdb",
+	cmd := owner.pgCommand(ctx, dist, l.pgDir, "initdb", append([]string{
 		"-D", l.pgData,
 		"-U", adminUser,
-		"--pwfile="+l.pgPwFile,
+		"--pwfile=" + l.pgPwFile,
 		"--auth-host=scram-sha-256",
 		"--auth-local=trust",
 		"--encoding=UTF8",
 		"--locale=C",
 		"--no-instructions",
-	)
+	}, extra...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("running initdb: %w\n%s", err, lastLines(string(out), 20))
 	}

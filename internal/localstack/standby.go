@@ -62,9 +62,11 @@ type Standby struct {
 	// DataDir is the standby's data directory.
 	DataDir string
 
+	cfg   Config
 	l     layout
 	owner pgOwner
 	dist  pgbin.Dist
+	pw    string
 }
 
 // AddStandby makes a streaming standby of cfg's running PostgreSQL without
@@ -130,7 +132,7 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 	if err := copyPrimary(ctx, cfg, primary, sl, owner, dist, log); err != nil {
 		return nil, err
 	}
-	conf, err := renderPGConfAt(sc.Port, sl, append(append([]string{}, cfg.PGSettings...), standbySettings(cfg, sc, pw)...))
+	conf, err := renderPGConfAt(sc.Port, sl, append(append([]string{}, cfg.PGSettings...), standbySettings(cfg.PGPort, sc, pw)...))
 	if err != nil {
 		return nil, err
 	}
@@ -142,9 +144,11 @@ func AddStandby(ctx context.Context, cfg Config, sc StandbyConfig, log *slog.Log
 		Port:      sc.Port,
 		Endpoints: Config{PGPort: sc.Port, KafkaPort: cfg.KafkaPort, PGVersion: cfg.PGVersion}.endpoints(pw),
 		DataDir:   sl.pgData,
+		cfg:       cfg,
 		l:         sl,
 		owner:     owner,
 		dist:      dist,
+		pw:        pw,
 	}
 	if cfg.PostgresOnly {
 		s.Endpoints.KafkaBootstrap = ""
@@ -232,10 +236,11 @@ func waitStandby(ctx context.Context, adminDSN string, sc StandbyConfig, sl layo
 	return nil
 }
 
-// standbySettings are the standby's recovery settings.
-func standbySettings(cfg Config, sc StandbyConfig, adminPassword string) []string {
+// standbySettings are the recovery settings of standby sc of the primary on
+// primaryPort.
+func standbySettings(primaryPort int, sc StandbyConfig, adminPassword string) []string {
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s application_name=%s dbname=postgres",
-		cfg.PGPort, adminUser, adminPassword, sc.Name)
+		primaryPort, adminUser, adminPassword, sc.Name)
 	out := []string{
 		"primary_conninfo = '" + conninfo + "'",
 		"primary_slot_name = '" + sc.Name + "'",
@@ -296,19 +301,7 @@ func (s *Standby) PID() int {
 
 // Promote promotes the standby (pg_ctl promote, which waits until it has
 // left recovery) and then waits until it accepts writes.
-func (s *Standby) Promote(ctx context.Context) error {
-	cmd := s.owner.pgCommand(ctx, s.dist, s.l.pgDir, "pg_ctl", "-D", s.l.pgData, "-w",
-		"-t", strconv.Itoa(int(pgStartTimeout.Seconds())), "promote")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return withLogs(fmt.Errorf("running pg_ctl promote: %w\n%s", err, lastLines(string(out), 10)), s.l.pgLog+"/postgresql.log")
-	}
-	// Assigning a transaction id is refused in recovery.
-	if err := waitAdmin(ctx, s.Endpoints.AdminDSN, pgAnswerTimeout,
-		`SELECT NOT pg_is_in_recovery() AND pg_current_xact_id() IS NOT NULL`); err != nil {
-		return fmt.Errorf("waiting for the promoted standby to accept writes: %w", err)
-	}
-	return nil
-}
+func (s *Standby) Promote(ctx context.Context) error { return s.Node().Promote(ctx) }
 
 // Stop stops the standby with a fast shutdown.
 func (s *Standby) Stop(ctx context.Context, log *slog.Logger) error {

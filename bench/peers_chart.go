@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -68,7 +69,7 @@ func (p *peersResult) barPanel(title string, rounds func(*relayFigures) byRound)
 	var points plotter.XYs
 	for i := range p.Relays {
 		b := rounds(&p.Relays[i])
-		names = append(names, p.Relays[i].Relay)
+		names = append(names, strings.Replace(p.Relays[i].Relay, "-", "\n", 1))
 		medians = append(medians, finite(b.median()))
 		for _, v := range b.values() {
 			points = append(points, plotter.XY{X: float64(i), Y: v})

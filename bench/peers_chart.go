@@ -82,8 +82,8 @@ func (p *peersResult) barPanel(title string, rounds func(*relayFigures) byRound)
 		pl.NominalX(names...)
 	}
 	if sc, err := plotter.NewScatter(points); err == nil {
-		sc.GlyphStyle.Color = color.RGBA{R: 30, G: 50, B: 110, A: 255}
-		sc.GlyphStyle.Radius = vg.Points(2.5)
+		sc.Color = color.RGBA{R: 30, G: 50, B: 110, A: 255}
+		sc.Radius = vg.Points(2.5)
 		pl.Add(sc)
 	}
 	// Each bar carries its median, so a bar too short to see still reads.

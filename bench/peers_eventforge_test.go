@@ -66,7 +66,7 @@ func TestEventForgePeerInBothModes(t *testing.T) {
 			}
 			// Each order is sent by the walsender before its record is
 			// appended, and appended before it is read.
-			if !(lat.CommitToSent.P50 > 0 && lat.CommitToSent.P50 <= lat.CommitToAppend.P50 && lat.CommitToAppend.P50 <= lat.CommitToRead.P50) {
+			if lat.CommitToSent.P50 <= 0 || lat.CommitToSent.P50 > lat.CommitToAppend.P50 || lat.CommitToAppend.P50 > lat.CommitToRead.P50 {
 				t.Errorf("stages out of order: sent %s, append %s, read %s (p50)", lat.CommitToSent.P50, lat.CommitToAppend.P50, lat.CommitToRead.P50)
 			}
 			for _, share := range []float64{lat.AppendTailBeforeSent, lat.ReadTailBeforeSent} {

@@ -94,16 +94,13 @@ type peersTable struct {
 func (t *peersTable) row(label string, cell func(f *relayFigures) string) {
 	cells := []string{label}
 	for _, f := range t.figs {
-		switch {
-		case f == nil:
-			cells = append(cells, "not measured")
-		default:
-			if c := cell(f); c != "" {
-				cells = append(cells, c)
-			} else {
-				cells = append(cells, "-")
+		c := "not measured"
+		if f != nil {
+			if c = cell(f); c == "" {
+				c = "-"
 			}
 		}
+		cells = append(cells, c)
 	}
 	t.lines = append(t.lines, cells)
 }

@@ -15,10 +15,12 @@ type peersResult struct {
 	// each offered load of Rates.
 	Rounds int   `json:"rounds"`
 	Rates  []int `json:"offered_per_sec"`
-	// WarmupSecs and WindowSecs are each latency window's warm-up and
-	// measured part: the load runs for both, only orders committed after
-	// the warm-up are measured.
-	WarmupSecs float64 `json:"warmup_seconds"`
+	// WarmupOrders, WarmupSecs and WindowSecs are each latency window's
+	// warm-up (orders committed at full speed and read, then the load at
+	// the rate) and measured part: only orders committed after the warm-up
+	// are measured.
+	WarmupOrders int     `json:"warmup_orders"`
+	WarmupSecs   float64 `json:"warmup_seconds"`
 	WindowSecs float64 `json:"window_seconds"`
 	// Recvlogical is PostgreSQL's own client, pg_recvlogical, streaming a
 	// copy of the slot made before the backlog to /dev/null, once per
@@ -112,7 +114,7 @@ func (r *runner) peersPhase(ctx context.Context) error {
 		return err
 	}
 	res := &peersResult{Backlog: r.sz.peerBacklog, Rounds: r.sz.peerRounds, Rates: r.sz.peerRates, Unavailable: unavailable,
-		WarmupSecs: r.sz.peerWarmup.Seconds(), WindowSecs: r.sz.peerDuration.Seconds()}
+		WarmupOrders: r.sz.peerWarmupOrders, WarmupSecs: r.sz.peerWarmup.Seconds(), WindowSecs: r.sz.peerDuration.Seconds()}
 	for _, name := range peerColumns {
 		if len(r.cfg.PeerRelays) > 0 && !slices.Contains(r.cfg.PeerRelays, name) {
 			res.Skipped = append(res.Skipped, name)

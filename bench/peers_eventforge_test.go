@@ -33,7 +33,7 @@ func TestEventForgePeerInBothModes(t *testing.T) {
 		t.Fatalf("building eventforge: %v\n%s", err, out)
 	}
 	r := peerTestRunner(te, dir)
-	r.sz = sizes{peerWarmup: time.Second, peerDuration: 2 * time.Second}
+	r.sz = sizes{peerWarmupOrders: 100, peerWarmup: time.Second, peerDuration: 2 * time.Second}
 	positions := te.Database + ".positions"
 	t.Cleanup(func() { r.env.deleteTopics(positions) })
 	for _, relay := range []peerRelay{eventforgePeer{binary: bin}, eventforgePeer{binary: bin, positionTopic: positions}} {

@@ -248,7 +248,8 @@ func (p *peersResult) latencyRows(t *peersTable, rate int, label string, get fun
 }
 
 func (p *peersResult) printRateRows(t *peersTable, rate int) {
-	t.heading(fmt.Sprintf("at %d orders/s (%.0f s warm-up, %.0f s measured), medians of %d rounds", rate, p.WarmupSecs, p.WindowSecs, p.Rounds))
+	t.heading(fmt.Sprintf("at %d orders/s (warm-up: %d orders, then %.0f s at the rate; %.0f s measured), medians of %d rounds",
+		rate, p.WarmupOrders, p.WarmupSecs, p.WindowSecs, p.Rounds))
 	p.latencyRows(t, rate, "  commit → Kafka append, p50 / p99", func(l relayLatency) latency { return l.CommitToAppend })
 	p.latencyRows(t, rate, "  commit → read by a read_committed reader, p50 / p99", func(l relayLatency) latency { return l.CommitToRead })
 	sent := func(q func(latency) float64) func(l relayLatency) float64 {

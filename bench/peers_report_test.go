@@ -53,7 +53,7 @@ func samplePeers() *peersResult {
 			p50: map[int][3]float64{500: {5, 5, 5}, 2000: {8, 8, 8}}, p99: map[int][3]float64{500: {10, 15, 24}, 2000: {40, 40, 40}},
 			share: 0.5, cpu: [3]float64{0.1, 0.1, 0.1}},
 	}
-	p := &peersResult{Backlog: 200_000, Rounds: 3, Rates: []int{500, 2000}, WarmupSecs: 5, WindowSecs: 10,
+	p := &peersResult{Backlog: 200_000, Rounds: 3, Rates: []int{500, 2000}, WarmupOrders: 20_000, WarmupSecs: 5, WindowSecs: 10,
 		Recvlogical: []recvlogicalRound{{Round: 1, EventsPerSec: 80_000}, {Round: 2, EventsPerSec: 70_000}, {Round: 3, EventsPerSec: 100_000}}}
 	for _, s := range relays {
 		p.Relays = append(p.Relays, s.figures())
@@ -115,7 +115,7 @@ func TestPeersTableReportsMediansSpreadsAndRatiosByRound(t *testing.T) {
 		{"drain of", "WAL per 1,000 events", "2048 bytes,2048 bytes,2048 bytes,2048 bytes"},
 		// At 500/s: EventForge's p99 of 9, 30, 12 ms against Debezium's 10,
 		// 15, 24 is 0.9× round by round (the medians' ratio would be 0.8×).
-		{"at 500 orders/s (5 s warm-up, 10 s measured), medians of 3 rounds", "commit → Kafka append, p50 / p99", "4.0 / 12.0 ms,52.0 / 120.0 ms,60.0 / 120.0 ms,5.0 / 15.0 ms"},
+		{"at 500 orders/s (warm-up: 20000 orders, then 5 s at the rate; 10 s measured), medians of 3 rounds", "commit → Kafka append, p50 / p99", "4.0 / 12.0 ms,52.0 / 120.0 ms,60.0 / 120.0 ms,5.0 / 15.0 ms"},
 		{"at 500 orders/s", "min–max over the rounds", "3.0–5.0 / 9.0–30.0,50.0–55.0 / 110.0–130.0,60.0–60.0 / 120.0–120.0,5.0–5.0 / 10.0–24.0"},
 		{"at 500 orders/s", "× Debezium, median of the rounds' ratios", "0.80× / 0.90×,10.40× / 8.00×,12.00× / 8.00×,1.00× / 1.00×"},
 		{"at 500 orders/s", "commit → read by a read_committed reader, p50 / p99", "8.0 / 24.0 ms,104.0 / 240.0 ms,120.0 / 240.0 ms,10.0 / 30.0 ms"},

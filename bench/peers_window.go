@@ -13,10 +13,10 @@ import (
 // peerWindow is one latency window of relay on db: the database settled
 // (vacuum, checkpoint), a topic and, for a CDC relay, a slot of the
 // window's own made at the end of the WAL (no backlog), the walsender
-// probe and the read_committed reader started, then the relay; once one
-// order committed with pgbench reached the reader (the relay is up), the
-// rate is offered open loop for the warm-up and the window, and every
-// order committed after the warm-up is measured: commit → walsender sent
+// probe and the read_committed reader started, then the relay; once it
+// read the warm-up's orders (warmPeer), the rate is offered open loop for
+// the warm-up at the rate and the window, and every order committed after
+// the warm-up is measured: commit → walsender sent
 // (the probe), → Kafka append (the record's broker time), → read by the
 // reader. The relay is stopped and its slot and topic dropped after.
 func (r *runner) peerWindow(ctx context.Context, relay peerRelay, db *peerDB, rate, round int) (relayLatency, error) {
@@ -54,7 +54,7 @@ func (r *runner) peerWindow(ctx context.Context, relay peerRelay, db *peerDB, ra
 		return lat, err
 	}
 	defer c.stop()
-	if err := r.pingPeer(ctx, db, c, tail); err != nil {
+	if err := r.warmPeer(ctx, db, c, tail, probe, since); err != nil {
 		return lat, err
 	}
 	w, err := r.offerPeerLoad(ctx, db, c, t.Name, fmt.Sprintf("%s at %d/s, round %d", t.Name, rate, round), rate)
@@ -80,20 +80,30 @@ func (r *runner) peerWindow(ctx context.Context, relay peerRelay, db *peerDB, ra
 	return lat, nil
 }
 
-// pingPeer commits one order and waits until the reader read its record:
-// the relay is up and streaming (for Debezium, its JVM started), so the
-// warm-up that follows is the same for every relay.
-func (r *runner) pingPeer(ctx context.Context, db *peerDB, c *child, tail *tailReader) error {
+// warmPeer commits one order and waits until the reader read its record
+// (the relay is up and streaming: for Debezium, its JVM started), then
+// commits the warm-up's orders at full speed and waits until the reader
+// read them all: every relay has then done the same work, enough for a
+// JVM's just-in-time compiler to have compiled its path per event, and
+// holds nothing back when the load at the rate starts.
+func (r *runner) warmPeer(ctx context.Context, db *peerDB, c *child, tail *tailReader, probe *walProbe, since time.Time) error {
 	if _, err := pgbench(ctx, db.dsn, r.logDir, "-c", "1", "-t", "1"); err != nil {
 		return fmt.Errorf("committing the first order: %w", err)
 	}
-	return waitFor(ctx, 3*time.Minute, "the relay's first record read", func() (bool, error) {
+	err := waitFor(ctx, 3*time.Minute, "the relay's first record read", func() (bool, error) {
 		if !c.Running() {
 			return false, fmt.Errorf("relay exited; see %s", c.Log)
 		}
 		n, err := tail.records()
 		return n > 0, err
 	})
+	if err != nil {
+		return err
+	}
+	if err := commitOrders(ctx, db.dsn, r.logDir, r.sz.peerWarmupOrders); err != nil {
+		return fmt.Errorf("committing the warm-up's orders: %w", err)
+	}
+	return waitWindowRead(ctx, db, c, tail, probe, since)
 }
 
 // loadWindow is the measured part of one window's load.

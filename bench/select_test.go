@@ -38,7 +38,7 @@ func TestSelectPhases(t *testing.T) {
 func TestSizesForPeers(t *testing.T) {
 	sz := sizesFor(false).forPeers(Config{})
 	if !slices.Equal(sz.peerRates, []int{500, 2000}) || sz.peerBacklog != 200_000 || sz.peerRounds != 3 ||
-		sz.peerWarmup != 5*time.Second || sz.peerDuration != 10*time.Second {
+		sz.peerWarmupOrders != 20_000 || sz.peerWarmup != 5*time.Second || sz.peerDuration != 10*time.Second {
 		t.Fatalf("defaults: rates %v, backlog %d, rounds %d, warm-up %s, duration %s", sz.peerRates, sz.peerBacklog, sz.peerRounds, sz.peerWarmup, sz.peerDuration)
 	}
 	if smoke := sizesFor(true); smoke.peerRounds < 3 {

@@ -21,7 +21,7 @@ type peersResult struct {
 	// are measured.
 	WarmupOrders int     `json:"warmup_orders"`
 	WarmupSecs   float64 `json:"warmup_seconds"`
-	WindowSecs float64 `json:"window_seconds"`
+	WindowSecs   float64 `json:"window_seconds"`
 	// Recvlogical is PostgreSQL's own client, pg_recvlogical, streaming a
 	// copy of the slot made before the backlog to /dev/null, once per
 	// round: the floor every CDC drain is compared with, round by round.

@@ -50,8 +50,12 @@ func startWALProbe(ctx context.Context, dsn string) (*walProbe, error) {
 		return nil, fmt.Errorf("connecting the walsender probe: %w", err)
 	}
 	slot := fmt.Sprintf("bench_probe_%d", time.Now().UnixNano())
-	created, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
+	// A logical slot is made once the transactions running on the cluster
+	// ended: a stuck one elsewhere fails the window rather than hanging it.
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	created, err := pglogrepl.CreateReplicationSlot(cctx, conn, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication})
+	cancel()
 	if err != nil {
 		conn.Close(ctx)
 		return nil, fmt.Errorf("creating the probe's slot: %w", err)

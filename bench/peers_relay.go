@@ -109,8 +109,13 @@ func (p eventforgePeer) Traits() peerTraits {
 func (eventforgePeer) Prepare(context.Context, *peerDB) error { return nil }
 
 func (p eventforgePeer) Start(_ context.Context, db *peerDB, run peerRun, logDir string) (*child, error) {
+	// The stack has no standby of its own; a test elsewhere on the machine
+	// may attach one to its PostgreSQL for a while, which the reader would
+	// otherwise refuse to publish beside. Debezium and the polling relay
+	// never wait for standbys either.
 	args := []string{"cdc", "--database-url", db.dsn, "--kafka-brokers", db.kafka,
-		"--slot", run.slot, "--topic", "order=" + run.topic, "--log-level", "warn"}
+		"--slot", run.slot, "--topic", "order=" + run.topic, "--log-level", "warn",
+		"--synchronized-standby-slots", "none"}
 	if p.positionTopic != "" {
 		args = append(args, "--exactly-once", "--position-topic", p.positionTopic)
 	}

@@ -312,7 +312,7 @@ bench: build build-bench ## Measure throughput, latency and memory on the local 
 	$(EVENTFORGE_BENCH) --out bench/results
 
 .PHONY: bench-peers
-bench-peers: build build-bench ## EventForge's reader, a polling relay and Debezium side by side on the local stack (≈ 6 min); prints the table, writes bench/results/
+bench-peers: build build-bench ## EventForge's reader (at least once and exactly once), a polling relay and Debezium in paired rounds on the local stack (≈ 20 min); prints the table, writes bench/results/
 	$(EVENTFORGE_BENCH) --phases peers --out bench/results
 
 .PHONY: bench-growth

@@ -41,13 +41,17 @@ type Config struct {
 	// Binary is the eventforge binary whose api, cdc and consumer run as
 	// the measured processes; empty means eventforge beside this binary.
 	Binary string `name:"binary" help:"The eventforge binary whose api, cdc and consumer are measured (default: eventforge beside this binary)."`
-	// PeerRelays, PeerRates, PeerBacklog and PeerDuration narrow the peers
-	// phase to some relays and loads, for working on one relay; the table
-	// of a full peers phase is what the figures mean.
-	PeerRelays   []string      `name:"peer-relays" help:"Peers phase: measure only these relays." enum:"EventForge,polling,Debezium" default:"EventForge,polling,Debezium"`
-	PeerRates    []int         `name:"peer-rates" help:"Peers phase: offered loads in orders/s (default 500,2000; 100 with --smoke)."`
-	PeerBacklog  int           `name:"peer-backlog" help:"Peers phase: backlog each relay drains (default 200000; 2000 with --smoke)."`
-	PeerDuration time.Duration `name:"peer-duration" help:"Peers phase: how long each load is offered (default 30s; 3s with --smoke)."`
+	// PeerRelays, PeerRates, PeerBacklog, PeerRounds, PeerWarmupOrders,
+	// PeerWarmup and PeerDuration narrow the peers phase to some relays and loads, for
+	// working on one relay; the table of a full peers phase is what the
+	// figures mean.
+	PeerRelays       []string      `name:"peer-relays" help:"Peers phase: measure only these relays." enum:"EventForge,EventForge-exactly-once,polling,Debezium" default:"EventForge,EventForge-exactly-once,polling,Debezium"`
+	PeerRates        []int         `name:"peer-rates" help:"Peers phase: offered loads in orders/s (default 500,2000; 100 with --smoke)."`
+	PeerBacklog      int           `name:"peer-backlog" help:"Peers phase: backlog each relay drains in each round (default 200000; 2000 with --smoke)."`
+	PeerRounds       int           `name:"peer-rounds" help:"Peers phase: rounds, in each of which every relay drains the backlog and takes each load in turn (default 3)."`
+	PeerWarmupOrders int           `name:"peer-warmup-orders" help:"Peers phase: orders committed at full speed, and read, before the load of each latency window starts (default 20000; 200 with --smoke)."`
+	PeerWarmup       time.Duration `name:"peer-warmup" help:"Peers phase: load offered at the rate before each latency window is measured (default 5s; 1s with --smoke)."`
+	PeerDuration     time.Duration `name:"peer-duration" help:"Peers phase: how long each latency window is measured, after its warm-up (default 10s; 2s with --smoke)."`
 }
 
 // binary returns the eventforge binary the components run from.
@@ -78,8 +82,13 @@ type sizes struct {
 	rateDuration time.Duration
 	batchSize    int
 	peerRates    []int // offered loads of the peers phase
-	peerBacklog  int   // backlog each relay of the peers phase drains
-	peerDuration time.Duration
+	peerBacklog  int   // backlog each relay of the peers phase drains per round
+	peerRounds   int   // rounds of the peers phase
+	// A latency window's warm-up: orders committed at full speed and
+	// read, then the load at the rate for peerWarmup.
+	peerWarmupOrders int
+	peerWarmup       time.Duration
+	peerDuration     time.Duration // measured part of a latency window
 	// The growth phase: backlogs drained, the drain whose records the
 	// apply grid uses, and the partition and worker counts of the grid.
 	growthBacklogs    []int
@@ -91,23 +100,33 @@ func sizesFor(smoke bool) sizes {
 	if smoke {
 		return sizes{pgClients: []int{8}, pgDuration: 2 * time.Second, apiClients: 8, apiDuration: 2 * time.Second, apiWarmup: 500 * time.Millisecond,
 			backlog: 2_000, rates: []int{100}, rateDuration: 3 * time.Second, batchSize: 50, peerRates: []int{100},
-			peerBacklog: 2_000, peerDuration: 3 * time.Second,
+			peerBacklog: 2_000, peerRounds: 3, peerWarmupOrders: 200, peerWarmup: time.Second, peerDuration: 2 * time.Second,
 			growthBacklogs: []int{500, 2_000}, growthApplyEvents: 2_000, growthPartitions: []int{1, 2}}
 	}
 	return sizes{pgClients: []int{8, 16, 32}, pgDuration: 10 * time.Second, apiClients: 32, apiDuration: 15 * time.Second, apiWarmup: 2 * time.Second,
 		backlog: 200_000, rates: []int{250, 500, 1000, 2000}, rateDuration: 30 * time.Second, batchSize: 100,
-		peerRates: []int{500, 2000}, peerBacklog: 200_000, peerDuration: 30 * time.Second,
+		peerRates: []int{500, 2000}, peerBacklog: 200_000, peerRounds: 3, peerWarmupOrders: 20_000, peerWarmup: 5 * time.Second, peerDuration: 10 * time.Second,
 		growthBacklogs: []int{10_000, 100_000, 1_000_000}, growthApplyEvents: 100_000, growthPartitions: []int{1, 2, 4, 8}}
 }
 
 // forPeers applies the peers phase's narrowing flags (Config.PeerRates,
-// PeerBacklog, PeerDuration); the other phases keep their sizes.
+// PeerBacklog, PeerRounds, PeerWarmupOrders, PeerWarmup, PeerDuration); the
+// other phases keep their sizes.
 func (sz sizes) forPeers(cfg Config) sizes {
 	if len(cfg.PeerRates) > 0 {
 		sz.peerRates = cfg.PeerRates
 	}
 	if cfg.PeerBacklog > 0 {
 		sz.peerBacklog = cfg.PeerBacklog
+	}
+	if cfg.PeerRounds > 0 {
+		sz.peerRounds = cfg.PeerRounds
+	}
+	if cfg.PeerWarmupOrders > 0 {
+		sz.peerWarmupOrders = cfg.PeerWarmupOrders
+	}
+	if cfg.PeerWarmup > 0 {
+		sz.peerWarmup = cfg.PeerWarmup
 	}
 	if cfg.PeerDuration > 0 {
 		sz.peerDuration = cfg.PeerDuration

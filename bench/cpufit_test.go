@@ -75,7 +75,7 @@ func TestFitComponentCostsUsesEachRatesWindow(t *testing.T) {
 	}
 }
 
-func TestTableShowsTheFitAndTheSum(t *testing.T) {
+func TestTableShowsTheFitOfEachComponent(t *testing.T) {
 	res := Results{Phases: []string{"e2e"}, Components: map[string]componentUsage{
 		"api":      {CPUSecondsPer1000: 0.22, Fit: &costFit{PerOrder: 50e-6, BaseCores: 0.14}},
 		"cdc":      {CPUSecondsPer1000: 0.20, Fit: &costFit{PerOrder: 30e-6, BaseCores: 0.15}},
@@ -85,22 +85,26 @@ func TestTableShowsTheFitAndTheSum(t *testing.T) {
 	res.printTable(&out)
 	for _, want := range []string{
 		"0.22 CPU s per 1,000 orders — over the rates, 0.050 s per added 1,000 orders + 0.14 cores at any rate",
-		"api + cdc + consumer",
-		"0.57 CPU ms per order (target ≤ 0.35) — over the rates, 0.110 ms per added order + 0.39 cores at any rate",
+		"0.20 CPU s per 1,000 orders — over the rates, 0.030 s per added 1,000 orders + 0.15 cores at any rate",
+		"0.15 CPU s per 1,000 orders — over the rates, 0.030 s per added 1,000 orders + 0.10 cores at any rate",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
 	}
+	// The combined target is retired: no sum, no target.
+	if strings.Contains(out.String(), "api + cdc + consumer") || strings.Contains(out.String(), "0.35") {
+		t.Errorf("the table sums the components against a target:\n%s", out.String())
+	}
 
-	// Without fits (one rate), the sum is still printed, without a fit.
+	// Without fits (one rate), each figure is printed without a fit.
 	for name, c := range res.Components {
 		c.Fit = nil
 		res.Components[name] = c
 	}
 	out.Reset()
 	res.printTable(&out)
-	if !strings.Contains(out.String(), "0.57 CPU ms per order (target ≤ 0.35)\n") || strings.Contains(out.String(), "over the rates") {
+	if !strings.Contains(out.String(), "0.22 CPU s per 1,000 orders\n") || strings.Contains(out.String(), "over the rates") {
 		t.Errorf("table without fits:\n%s", out.String())
 	}
 }

@@ -198,3 +198,31 @@ func produceAll(ctx context.Context, p *kafka.Producer, n int, msg func(i int) *
 		return ctx.Err()
 	}
 }
+
+// deleteTopics deletes topics, as cleanup does the benchmark's own.
+func (e *env) deleteTopics(topics ...string) {
+	e.deleteTopicsAndGroups(topics, nil)
+}
+
+// deleteGroups deletes consumer groups, ignoring errors.
+func (e *env) deleteGroups(groups ...string) {
+	e.deleteTopicsAndGroups(nil, groups)
+}
+
+// deleteTopicsAndGroups deletes topics and consumer groups, ignoring
+// errors: a cleanup that fails leaves names the next run does not reuse.
+func (e *env) deleteTopicsAndGroups(topics, groups []string) {
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4"})
+	if err != nil {
+		return
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if len(topics) > 0 {
+		_, _ = a.DeleteTopics(ctx, topics)
+	}
+	if len(groups) > 0 {
+		_, _ = a.DeleteConsumerGroups(ctx, groups)
+	}
+}

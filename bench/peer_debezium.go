@@ -15,8 +15,8 @@ import (
 
 // debeziumPeer is Debezium as the peers phase runs it (a peerRelay): a
 // Kafka Connect standalone worker with the PostgreSQL connector and the
-// Outbox Event Router, with a slot and a publication of its own in the
-// relay's database, named by dbzName.
+// Outbox Event Router, with a publication of its own in its database
+// (dbzPublication) and a slot, a connector name and a topic per run.
 type debeziumPeer struct {
 	jars   localstack.Jars
 	tuning debezium.Tuning
@@ -32,58 +32,55 @@ func newDebeziumPeer(ctx context.Context, stateDir string, logger *slog.Logger) 
 	return &debeziumPeer{jars: jars, tuning: debezium.DefaultTuning()}, nil
 }
 
-// Name labels the relay.
-func (*debeziumPeer) Name() string { return debeziumName }
-
-// debeziumName labels the Debezium peer.
-const debeziumName = "Debezium"
+// Traits: Debezium streams from a slot, in a database of its own. With
+// pgoutput on PostgreSQL 14 and later it asks for logical decoding messages
+// too and publishes each to a topic of its own, so it does not share a
+// database with EventForge's reader, whose heartbeats are such messages.
+func (*debeziumPeer) Traits() peerTraits {
+	return peerTraits{Name: debeziumName, Key: "dbz", Home: homeDebezium, Slot: true}
+}
 
 // Version names what runs.
 func (*debeziumPeer) Version() string {
 	return fmt.Sprintf("Debezium %s on Kafka Connect %s", debezium.DebeziumVersion, debezium.KafkaConnectVersion)
 }
 
-// dbzName names the connector, its slot, publication and topic prefix in
-// db: apart from any other relay's slot in the same database.
-func dbzName(db *peerDB) string { return db.name + "_dbz" }
+// dbzPublication names the connector's publication in db.
+func dbzPublication(db *peerDB) string { return db.name + "_dbz" }
 
-// config is the worker of db, its files in dir.
-func (p *debeziumPeer) config(db *peerDB, dir, restAddr string) debezium.Config {
-	name := dbzName(db)
-	return debezium.Config{Name: name, DatabaseURL: db.dsn, Bootstrap: db.kafka, Slot: name, Publication: name,
+// config is the worker of run in db, its files in dir: the connector, its
+// topic prefix and slot are named after the run.
+func (p *debeziumPeer) config(db *peerDB, run peerRun, dir, restAddr string) debezium.Config {
+	return debezium.Config{Name: run.name, DatabaseURL: db.dsn, Bootstrap: db.kafka, Slot: run.slot, Publication: dbzPublication(db),
 		RESTAddr: restAddr, Dir: dir, Tuning: p.tuning}
 }
 
-// Prepare creates the connector's publication and slot before any event is
-// committed: the slot streams only what commits after it is made, and
-// pgoutput looks a publication up as of each change, so one made later is
-// not found. The publication is EventForge's: the outbox, inserts only. It
-// returns the topic the router sends order events to.
-func (p *debeziumPeer) Prepare(ctx context.Context, db *peerDB) (string, error) {
-	name := dbzName(db)
+// Prepare creates the connector's publication before any event is
+// committed: pgoutput looks a publication up as of each change, so one made
+// later is not found. The publication is EventForge's: the outbox, inserts
+// only.
+func (p *debeziumPeer) Prepare(ctx context.Context, db *peerDB) error {
+	name := dbzPublication(db)
 	if _, err := db.pool.Exec(ctx, "CREATE PUBLICATION "+pgx.Identifier{name}.Sanitize()+" FOR TABLE outbox WITH (publish = 'insert')"); err != nil {
-		return "", fmt.Errorf("creating publication %s: %w", name, err)
+		return fmt.Errorf("creating publication %s: %w", name, err)
 	}
-	if _, err := db.pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
-		return "", fmt.Errorf("creating slot %s: %w", name, err)
-	}
-	return p.config(db, "", "").OrderTopic(), nil
+	return nil
 }
 
-// Start writes the worker's files into logDir/peer-debezium and starts it,
-// its output in logDir/peer-debezium.log.
-func (p *debeziumPeer) Start(_ context.Context, db *peerDB, topic, logDir string) (*child, error) {
+// Start writes the worker's files into logDir/peer-<run> and starts it, its
+// output in logDir/peer-<run>.log.
+func (p *debeziumPeer) Start(_ context.Context, db *peerDB, run peerRun, logDir string) (*child, error) {
 	rest, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
-	cfg := p.config(db, filepath.Join(logDir, "peer-debezium"), rest)
-	if cfg.OrderTopic() != topic {
-		return nil, fmt.Errorf("debezium routes order events to %s, not %s", cfg.OrderTopic(), topic)
+	cfg := p.config(db, run, filepath.Join(logDir, "peer-"+run.name), rest)
+	if cfg.OrderTopic() != run.topic {
+		return nil, fmt.Errorf("debezium routes order events to %s, not %s", cfg.OrderTopic(), run.topic)
 	}
 	java, args, err := cfg.Command(p.jars)
 	if err != nil {
 		return nil, err
 	}
-	return startChild(java, logDir, "peer-debezium", false, args...)
+	return startChild(java, logDir, "peer-"+run.name, false, args...)
 }

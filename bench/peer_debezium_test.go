@@ -35,23 +35,23 @@ func TestDebeziumDrainsTheOutboxBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, topic := preparePeerTest(ctx, t, r, relay, "debezium", events)
+	db, run := preparePeerTest(ctx, t, r, relay, "debezium", events)
 	want := outboxEvents(t, db)
 
 	var d relayDrain
-	c, err := r.drainPeer(ctx, relay, db, topic, len(want), &d)
+	c, err := r.drainPeer(ctx, relay, db, run, len(want), &d)
 	if c != nil {
 		c.stop()
 	}
 	if err != nil {
-		logTail(t, filepath.Join(logDir, "peer-debezium.log"))
+		logTail(t, filepath.Join(logDir, "peer-"+run.name+".log"))
 		t.Fatalf("draining with debezium: %v", err)
 	}
 	t.Logf("%s drained %d events in %.2f s (%.0f events/s), first record after %.2f s, peak RSS %d MiB, "+
 		"CPU %.2f s per 1,000 events (start-up included)",
 		relay.Version(), d.Events, d.Seconds, d.EventsPerSec, d.FirstRecordSecs, d.PeakRSSBytes>>20, d.RelayCPUPer1000)
 
-	recs, err := testenv.ReadTopic(te.Endpoints.KafkaBootstrap, topic)
+	recs, err := testenv.ReadTopic(te.Endpoints.KafkaBootstrap, run.topic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,9 +37,10 @@ func peerTestRunner(te *testenv.Env, logDir string) *runner {
 }
 
 // preparePeerTest gives relay a database of its own (dropped when the test
-// ends) readied by its Prepare, creates its topic (deleted when the test
-// ends) and commits events order transactions into the database.
-func preparePeerTest(ctx context.Context, t *testing.T, r *runner, relay peerRelay, name string, events int) (*peerDB, string) {
+// ends) readied by its Prepare, a run named "test" with its slot, made
+// before the backlog, and its topic (deleted when the test ends), and
+// commits events order transactions into the database.
+func preparePeerTest(ctx context.Context, t *testing.T, r *runner, relay peerRelay, name string, events int) (*peerDB, peerRun) {
 	t.Helper()
 	db, err := r.createPeerDB(ctx, name)
 	if db != nil {
@@ -48,16 +49,21 @@ func preparePeerTest(ctx context.Context, t *testing.T, r *runner, relay peerRel
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic, err := relay.Prepare(ctx, db)
-	if err != nil {
+	if err := relay.Prepare(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.env.createTopic(ctx, topic); err != nil {
+	run := newPeerRun(db, relay.Traits(), "test")
+	if run.slot != "" {
+		if _, err := db.pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, run.slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.env.createTopic(ctx, run.topic); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.env.deleteTopics(topic) })
+	t.Cleanup(func() { r.env.deleteTopics(run.topic) })
 	if err := commitOrders(ctx, db.dsn, r.logDir, events); err != nil {
 		t.Fatal(err)
 	}
-	return db, topic
+	return db, run
 }

@@ -32,7 +32,7 @@ func TestPollingPeerDrainsTheBacklog(t *testing.T) {
 	}
 	r := peerTestRunner(te, dir)
 	relay := pollingPeer{self: bin}
-	db, topic := preparePeerTest(ctx, t, r, relay, "polling", events)
+	db, run := preparePeerTest(ctx, t, r, relay, "polling", events)
 	want := map[string]string{} // event ID → order ID
 	rows, err := db.pool.Query(ctx, `SELECT id::text, aggregateid FROM outbox`)
 	if err != nil {
@@ -48,12 +48,12 @@ func TestPollingPeerDrainsTheBacklog(t *testing.T) {
 	rows.Close()
 
 	var d relayDrain
-	c, err := r.drainPeer(ctx, relay, db, topic, len(want), &d)
+	c, err := r.drainPeer(ctx, relay, db, run, len(want), &d)
 	if c != nil {
 		defer c.stop()
 	}
 	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "peer-polling.log"))
+		log, _ := os.ReadFile(filepath.Join(dir, "peer-"+run.name+".log"))
 		t.Fatalf("draining with the polling relay: %v\nrelay log:\n%s", err, log)
 	}
 	t.Logf("polling relay drained %d events in %.2f s (%.0f events/s), first record after %.2f s, peak RSS %.1f MiB, "+
@@ -71,7 +71,7 @@ func TestPollingPeerDrainsTheBacklog(t *testing.T) {
 	}
 	c.stop()
 
-	recs, err := testenv.ReadTopic(te.Endpoints.KafkaBootstrap, topic)
+	recs, err := testenv.ReadTopic(te.Endpoints.KafkaBootstrap, run.topic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,122 +2,301 @@ package bench
 
 import (
 	"fmt"
-	"image/color"
 	"io"
 	"math"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
+	"unicode/utf8"
 )
 
 // peerColumns are the relays the peers table always shows, in this order; a
 // relay the run did not measure shows as such.
-var peerColumns = []string{"EventForge", "polling", "Debezium"}
+var peerColumns = []string{eventforgeName, exactlyOnceName, pollingName, debeziumName}
 
-// relays returns the figures of each column: those of peerColumns, then any
+// columns returns the figures of each column: those of peerColumns, then any
 // other relay measured; nil where a relay was not measured.
 func (p *peersResult) columns() ([]string, []*relayFigures) {
-	names := append([]string{}, peerColumns...)
+	names := slices.Clone(peerColumns)
 	for _, f := range p.Relays {
-		if !contains(names, f.Relay) {
+		if !slices.Contains(names, f.Relay) {
 			names = append(names, f.Relay)
 		}
 	}
 	figs := make([]*relayFigures, len(names))
 	for i, n := range names {
-		for j := range p.Relays {
-			if p.Relays[j].Relay == n {
-				figs[i] = &p.Relays[j]
-			}
-		}
+		figs[i] = p.figures(n)
 	}
 	return names, figs
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
+// figures are the figures of relay, nil when it was not measured.
+func (p *peersResult) figures(relay string) *relayFigures {
+	for i := range p.Relays {
+		if p.Relays[i].Relay == relay {
+			return &p.Relays[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// drainRounds is one drain figure of f, by round.
+func (f *relayFigures) drainRounds(get func(relayDrain) float64) byRound {
+	b := byRound{}
+	for _, d := range f.Drains {
+		b[d.Round] = get(d)
+	}
+	return b
+}
+
+// latencyRounds is one figure of f's windows at rate, by round.
+func (f *relayFigures) latencyRounds(rate int, get func(relayLatency) float64) byRound {
+	b := byRound{}
+	for _, l := range f.Latency {
+		if l.OfferedPerSec == rate {
+			b[l.Round] = get(l)
+		}
+	}
+	return b
+}
+
+// recvlogicalRounds is pg_recvlogical's drain rate, by round.
+func (p *peersResult) recvlogicalRounds() byRound {
+	b := byRound{}
+	for _, rl := range p.Recvlogical {
+		b[rl.Round] = rl.EventsPerSec
+	}
+	return b
+}
+
+// rates returns every offered load measured, in the order first seen.
+func (p *peersResult) rates() []int {
+	var out []int
+	for _, f := range p.Relays {
+		for _, l := range f.Latency {
+			if !slices.Contains(out, l.OfferedPerSec) {
+				out = append(out, l.OfferedPerSec)
+			}
+		}
+	}
+	return out
+}
+
+// peersTable collects rows of a label and a cell per column, and lines of
+// their own (headings), then writes them aligned: every column as wide as
+// its widest cell, headings not counted.
+type peersTable struct {
+	figs  []*relayFigures
+	lines [][]string // a heading is a line of one cell
+}
+
+// row adds label and, per column, cell of its figures ("not measured"
+// without figures, "-" for a cell without a value).
+func (t *peersTable) row(label string, cell func(f *relayFigures) string) {
+	cells := []string{label}
+	for _, f := range t.figs {
+		c := "not measured"
+		if f != nil {
+			if c = cell(f); c == "" {
+				c = "-"
+			}
+		}
+		cells = append(cells, c)
+	}
+	t.lines = append(t.lines, cells)
+}
+
+// heading adds label on a line of its own.
+func (t *peersTable) heading(label string) { t.lines = append(t.lines, []string{label}) }
+
+// write writes the lines, the cells of rows padded to their column's width
+// and two spaces apart.
+func (t *peersTable) write(w io.Writer) {
+	var widths []int
+	for _, l := range t.lines {
+		if len(l) == 1 {
+			continue
+		}
+		for i, c := range l {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, l := range t.lines {
+		var b strings.Builder
+		for i, c := range l {
+			b.WriteString(c)
+			if len(l) > 1 && i < len(l)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2))
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	}
+}
+
+// Cell formats: each returns "" for a figure no round has.
+
+func one(b byRound, format string) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(format, b.median())
+}
+
+func oneSpread(b byRound, format string) string {
+	if len(b) == 0 {
+		return ""
+	}
+	lo, hi := b.spread()
+	return fmt.Sprintf(format+"–"+format, lo, hi)
+}
+
+func percentSpread(b byRound) string {
+	if s := oneSpread(b, "%.0f"); s != "" {
+		return s + "%"
+	}
+	return ""
+}
+
+func ratio(b, ref byRound) string {
+	if r, ok := b.ratioTo(ref); ok {
+		return fmt.Sprintf("%.2f×", r)
+	}
+	return ""
+}
+
+// pair joins two cells with " / ", or is "" when either is.
+func pair(a, b string) string {
+	if a == "" || b == "" {
+		return ""
+	}
+	return a + " / " + b
 }
 
 // printPeers prints the relays side by side: one column per relay, one row
-// per figure.
+// per figure, each the median over the rounds unless it says otherwise.
 func (p *peersResult) printPeers(w io.Writer) {
 	names, figs := p.columns()
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(label string, cell func(f *relayFigures) string) {
-		cells := []string{label}
-		for _, f := range figs {
-			if f == nil {
-				cells = append(cells, "not measured")
-				continue
-			}
-			cells = append(cells, cell(f))
-		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
-	}
-	fmt.Fprintln(tw, "relay\t"+strings.Join(names, "\t")+"\t")
-	row(fmt.Sprintf("drain of %d events, events/s", p.Backlog), func(f *relayFigures) string { return strconv.FormatFloat(f.Drain.EventsPerSec, 'f', 0, 64) })
-	row(fmt.Sprintf("  × pg_recvlogical (%.0f events/s)", p.RecvlogicalPerSec), func(f *relayFigures) string {
-		if p.RecvlogicalPerSec <= 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f×", f.Drain.EventsPerSec/p.RecvlogicalPerSec)
-	})
-	row("  first record after start, s", func(f *relayFigures) string { return fmt.Sprintf("%.1f", f.Drain.FirstRecordSecs) })
-	row("  relay peak RSS", func(f *relayFigures) string { return mib(f.Drain.PeakRSSBytes) })
-	row("  relay CPU s per 1,000 events", func(f *relayFigures) string { return fmt.Sprintf("%.3f", f.Drain.RelayCPUPer1000) })
-	row("  PostgreSQL CPU s per 1,000 events", func(f *relayFigures) string { return fmt.Sprintf("%.3f", f.Drain.PostgresCPUPer1000) })
-	row("  WAL per 1,000 events", func(f *relayFigures) string { return walSize(f.Drain.WALBytesPer1000) })
+	t := &peersTable{figs: figs}
+	t.lines = append(t.lines, append([]string{"relay"}, names...))
+	p.printDrainRows(t)
 	for _, rate := range p.rates() {
-		find := func(f *relayFigures) *relayLatency {
-			for i := range f.Latency {
-				if f.Latency[i].OfferedPerSec == rate {
-					return &f.Latency[i]
-				}
+		p.printRateRows(t, rate)
+	}
+	t.write(w)
+}
+
+// debezium is Debezium's figures, empty when it was not measured.
+func (p *peersResult) debezium() *relayFigures {
+	if f := p.figures(debeziumName); f != nil {
+		return f
+	}
+	return &relayFigures{}
+}
+
+func (p *peersResult) printDrainRows(t *peersTable) {
+	drain := func(get func(relayDrain) float64) func(f *relayFigures) byRound {
+		return func(f *relayFigures) byRound { return f.drainRounds(get) }
+	}
+	rate := drain(func(d relayDrain) float64 { return d.EventsPerSec })
+	dbz, recv := rate(p.debezium()), p.recvlogicalRounds()
+	t.row(fmt.Sprintf("drain of %d events, events/s, median of %d rounds", p.Backlog, p.Rounds), func(f *relayFigures) string { return one(rate(f), "%.0f") })
+	t.row("  min–max over the rounds", func(f *relayFigures) string { return oneSpread(rate(f), "%.0f") })
+	if len(recv) > 0 {
+		lo, hi := recv.spread()
+		t.heading(fmt.Sprintf("  pg_recvlogical on the same backlog: %.0f events/s, median of %d rounds (%.0f–%.0f)", recv.median(), len(recv), lo, hi))
+	}
+	t.row("  × pg_recvlogical, median of the rounds' ratios", func(f *relayFigures) string { return ratio(rate(f), recv) })
+	t.row("  × Debezium, median of the rounds' ratios", func(f *relayFigures) string { return ratio(rate(f), dbz) })
+	for _, r := range []struct {
+		label  string
+		get    func(relayDrain) float64
+		format func(float64) string
+	}{
+		{"  first record after start, s", func(d relayDrain) float64 { return d.FirstRecordSecs }, func(v float64) string { return fmt.Sprintf("%.1f", v) }},
+		{"  relay peak RSS", func(d relayDrain) float64 { return float64(d.PeakRSSBytes) }, func(v float64) string { return mib(int64(v)) }},
+		{"  relay CPU s per 1,000 events", func(d relayDrain) float64 { return d.RelayCPUPer1000 }, func(v float64) string { return fmt.Sprintf("%.3f", v) }},
+		{"  PostgreSQL CPU s per 1,000 events", func(d relayDrain) float64 { return d.PostgresCPUPer1000 }, func(v float64) string { return fmt.Sprintf("%.3f", v) }},
+		{"  WAL per 1,000 events", func(d relayDrain) float64 { return d.WALBytesPer1000 }, walSize},
+	} {
+		t.row(r.label, func(f *relayFigures) string {
+			b := f.drainRounds(r.get)
+			if len(b) == 0 {
+				return ""
 			}
-			return nil
-		}
-		row(fmt.Sprintf("commit → Kafka append at %d orders/s: p50 / p99", rate), func(f *relayFigures) string {
-			if l := find(f); l != nil {
-				return ms(l.CommitToAppend.P50) + " / " + ms(l.CommitToAppend.P99)
-			}
-			return "-"
-		})
-		row("  achieved orders/s, orders measured", func(f *relayFigures) string {
-			if l := find(f); l != nil {
-				return fmt.Sprintf("%.0f, %d", l.AchievedPerSec, l.Orders)
-			}
-			return "-"
-		})
-		row("  cores used by other processes meanwhile", func(f *relayFigures) string {
-			if l := find(f); l != nil {
-				return fmt.Sprintf("%.2f", l.OtherCores)
-			}
-			return "-"
+			return r.format(b.median())
 		})
 	}
-	_ = tw.Flush()
+}
+
+// latencyRows prints a latency's p50 / p99 medians, their spreads and their
+// ratios to Debezium's.
+func (p *peersResult) latencyRows(t *peersTable, rate int, label string, get func(relayLatency) latency) {
+	p50 := func(f *relayFigures) byRound {
+		return f.latencyRounds(rate, func(l relayLatency) float64 { return inMS(get(l).P50) })
+	}
+	p99 := func(f *relayFigures) byRound {
+		return f.latencyRounds(rate, func(l relayLatency) float64 { return inMS(get(l).P99) })
+	}
+	dbz := p.debezium()
+	t.row(label, func(f *relayFigures) string { return pair(one(p50(f), "%.1f"), one(p99(f), "%.1f ms")) })
+	t.row("    min–max over the rounds", func(f *relayFigures) string { return pair(oneSpread(p50(f), "%.1f"), oneSpread(p99(f), "%.1f")) })
+	t.row("    × Debezium, median of the rounds' ratios", func(f *relayFigures) string {
+		return pair(ratio(p50(f), p50(dbz)), ratio(p99(f), p99(dbz)))
+	})
+}
+
+func (p *peersResult) printRateRows(t *peersTable, rate int) {
+	t.heading(fmt.Sprintf("at %d orders/s (warm-up: %d orders, then %.0f s at the rate; %.0f s measured), medians of %d rounds",
+		rate, p.WarmupOrders, p.WarmupSecs, p.WindowSecs, p.Rounds))
+	p.latencyRows(t, rate, "  commit → Kafka append, p50 / p99", func(l relayLatency) latency { return l.CommitToAppend })
+	p.latencyRows(t, rate, "  commit → read by a read_committed reader, p50 / p99", func(l relayLatency) latency { return l.CommitToRead })
+	sent := func(q func(latency) float64) func(l relayLatency) float64 {
+		return func(l relayLatency) float64 { return q(l.CommitToSent) }
+	}
+	t.row("  commit → walsender sent (PostgreSQL's part), p50 / p99", func(f *relayFigures) string {
+		return pair(one(f.latencyRounds(rate, sent(func(l latency) float64 { return inMS(l.P50) })), "%.1f"),
+			one(f.latencyRounds(rate, sent(func(l latency) float64 { return inMS(l.P99) })), "%.1f ms"))
+	})
+	share := func(f *relayFigures, read bool) byRound {
+		return f.latencyRounds(rate, func(l relayLatency) float64 {
+			if read {
+				return 100 * l.ReadTailBeforeSent
+			}
+			return 100 * l.AppendTailBeforeSent
+		})
+	}
+	t.row("  p99 tail before the walsender sent, of append / of read", func(f *relayFigures) string {
+		return pair(one(share(f, false), "%.0f%%"), one(share(f, true), "%.0f%%"))
+	})
+	t.row("    min–max over the rounds", func(f *relayFigures) string {
+		return pair(percentSpread(share(f, false)), percentSpread(share(f, true)))
+	})
+	cpu := func(f *relayFigures) byRound {
+		return f.latencyRounds(rate, func(l relayLatency) float64 { return l.RelayCPUPer1000 })
+	}
+	t.row("  relay CPU s per 1,000 events", func(f *relayFigures) string { return one(cpu(f), "%.3f") })
+	t.row("    × Debezium, median of the rounds' ratios", func(f *relayFigures) string { return ratio(cpu(f), cpu(p.debezium())) })
+	t.row("  achieved orders/s, orders measured", func(f *relayFigures) string {
+		achieved := f.latencyRounds(rate, func(l relayLatency) float64 { return l.AchievedPerSec })
+		orders := f.latencyRounds(rate, func(l relayLatency) float64 { return float64(l.Orders) })
+		return pair(one(achieved, "%.0f"), one(orders, "%.0f"))
+	})
+	t.row("  cores used by other processes, median / max", func(f *relayFigures) string {
+		other := f.latencyRounds(rate, func(l relayLatency) float64 { return l.OtherCores })
+		if len(other) == 0 {
+			return ""
+		}
+		_, hi := other.spread()
+		return fmt.Sprintf("%.2f / %.2f", other.median(), hi)
+	})
 }
 
 // printPeersSection prints the peers table under its heading, and what the
 // run left unmeasured.
 func (res *Results) printPeersSection(w io.Writer) {
-	fmt.Fprintf(w, "\n8. Relays side by side (same PostgreSQL, Kafka and backlog; docs/bench.md says what bounds each)\n")
+	fmt.Fprintf(w, "\n8. Relays side by side, in rounds (same PostgreSQL, Kafka and backlog; docs/bench.md says what bounds each)\n")
 	if res.Peers == nil {
 		fmt.Fprintln(w, "   not measured")
 		return
@@ -139,231 +318,11 @@ func (res *Results) printPeersSection(w io.Writer) {
 	fmt.Fprintf(w, "   cores used of %d, by group, during each measurement:\n", res.CPUs)
 	for _, pc := range res.CPU {
 		if strings.HasPrefix(pc.Phase, "peers: ") {
-			fmt.Fprintf(w, "   %-32s %s\n", strings.TrimPrefix(pc.Phase, "peers: "), pc)
+			fmt.Fprintf(w, "   %-48s %s\n", strings.TrimPrefix(pc.Phase, "peers: "), pc)
 		}
 	}
 }
 
-// rates returns every offered load measured, in the order first seen.
-func (p *peersResult) rates() []int {
-	var out []int
-	for _, f := range p.Relays {
-		for _, l := range f.Latency {
-			if !containsInt(out, l.OfferedPerSec) {
-				out = append(out, l.OfferedPerSec)
-			}
-		}
-	}
-	return out
-}
-
-func containsInt(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// writePeersChart draws the peers' figures as one chart of six panels,
-// written as prefix-peers.svg and prefix-peers.png.
-func (p *peersResult) writePeersChart(prefix string) ([]string, error) {
-	latency, err := p.latencyPanel()
-	if err != nil {
-		return nil, err
-	}
-	rate := p.barPanel("Drain rate (events/s)", func(f *relayFigures) float64 { return f.Drain.EventsPerSec })
-	if p.RecvlogicalPerSec > 0 {
-		floor := plotter.NewFunction(func(float64) float64 { return p.RecvlogicalPerSec })
-		floor.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		rate.Add(floor)
-		rate.Legend.Add("pg_recvlogical "+barLabel(p.RecvlogicalPerSec), floor)
-		rate.Legend.Top, rate.Legend.Left = true, true
-		rate.Y.Max = math.Max(rate.Y.Max, p.RecvlogicalPerSec) * 1.3
-	}
-	panels := [][]*plot.Plot{
-		{rate, p.barPanel("Relay peak RSS (MiB)", func(f *relayFigures) float64 { return float64(f.Drain.PeakRSSBytes) / (1 << 20) }), latency},
-		{
-			p.barPanel("Relay CPU s per 1,000 events", func(f *relayFigures) float64 { return f.Drain.RelayCPUPer1000 }),
-			p.barPanel("PostgreSQL CPU s per 1,000 events", func(f *relayFigures) float64 { return f.Drain.PostgresCPUPer1000 }),
-			p.barPanel("WAL KiB per 1,000 events", func(f *relayFigures) float64 { return f.Drain.WALBytesPer1000 / 1024 }),
-		},
-	}
-	return writePanels(prefix+"-peers", panels, 13*vg.Inch, 7*vg.Inch)
-}
-
-// writePanels draws panels (rows of plots) as one figure of width × height
-// to path.svg and path.png and returns the files written.
-func writePanels(path string, panels [][]*plot.Plot, width, height vg.Length) ([]string, error) {
-	var files []string
-	svg := vgsvg.New(width, height)
-	png := vgimg.New(width, height)
-	for _, c := range []struct {
-		canvas vg.CanvasWriterTo
-		draw   draw.Canvas
-		ext    string
-	}{{svg, draw.New(svg), "svg"}, {vgimg.PngCanvas{Canvas: png}, draw.New(png), "png"}} {
-		tiles := draw.Tiles{Rows: len(panels), Cols: len(panels[0]), PadX: vg.Inch / 4, PadY: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
-		canvases := plot.Align(panels, tiles, c.draw)
-		for i := range panels {
-			for j := range panels[i] {
-				panels[i][j].Draw(canvases[i][j])
-			}
-		}
-		file := path + "." + c.ext
-		if err := writeTo(file, c.canvas); err != nil {
-			return nil, err
-		}
-		files = append(files, file)
-	}
-	return files, nil
-}
-
-func writeTo(path string, c vg.CanvasWriterTo) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := c.WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("drawing %s: %w", path, err)
-	}
-	return f.Close()
-}
-
-// barPanel draws one bar per measured relay.
-func (p *peersResult) barPanel(title string, value func(*relayFigures) float64) *plot.Plot {
-	pl := plot.New()
-	pl.Title.Text = title
-	var names []string
-	var values plotter.Values
-	for i := range p.Relays {
-		names = append(names, p.Relays[i].Relay)
-		values = append(values, value(&p.Relays[i]))
-	}
-	bars, err := plotter.NewBarChart(values, vg.Points(28))
-	if err == nil {
-		bars.Color = color.RGBA{R: 70, G: 110, B: 170, A: 255}
-		pl.Add(bars)
-		pl.NominalX(names...)
-	}
-	// Each bar carries its value, so a bar too short to see still reads.
-	xys := plotter.XYLabels{}
-	for i, v := range values {
-		xys.XYs = append(xys.XYs, plotter.XY{X: float64(i), Y: v})
-		xys.Labels = append(xys.Labels, barLabel(v))
-	}
-	if labels, err := plotter.NewLabels(xys); err == nil {
-		for i := range labels.TextStyle {
-			labels.TextStyle[i].XAlign = draw.XCenter
-		}
-		labels.Offset = vg.Point{Y: vg.Points(3)}
-		pl.Add(labels)
-	}
-	pl.Y.Min = 0
-	pl.Y.Tick.Marker = plainTicks{}
-	// Headroom above the tallest bar for its label.
-	for _, v := range values {
-		pl.Y.Max = math.Max(pl.Y.Max, v*1.2)
-	}
-	return pl
-}
-
-// barLabel is v with three significant digits, without an exponent.
-func barLabel(v float64) string {
-	if math.Abs(v) >= 100 {
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(v, 'g', 3, 64)
-}
-
-// plainTicks are gonum's default ticks labelled without trailing zeros.
-type plainTicks struct{}
-
-func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
-	for i := range ticks {
-		if ticks[i].Label != "" {
-			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', -1, 64)
-		}
-	}
-	return ticks
-}
-
-// latencyPanel draws commit → append p50 (dashed) and p99 of each relay
-// against the offered load, on a log axis, with ticks at the loads measured.
-func (p *peersResult) latencyPanel() (*plot.Plot, error) {
-	pl := plot.New()
-	pl.Title.Text = "Commit → Kafka append (ms, log)"
-	pl.X.Label.Text = "offered orders/s"
-	loadLatencyAxes(pl, p.rates())
-	top := 1.0
-	for i, f := range p.Relays {
-		var p50, p99 plotter.XYs
-		for _, l := range f.Latency {
-			x := float64(l.OfferedPerSec)
-			p50 = append(p50, plotter.XY{X: x, Y: positiveMS(l.CommitToAppend.P50)})
-			p99 = append(p99, plotter.XY{X: x, Y: positiveMS(l.CommitToAppend.P99)})
-			top = math.Max(top, positiveMS(l.CommitToAppend.P99))
-		}
-		if len(p99) == 0 {
-			continue
-		}
-		for _, s := range []struct {
-			name string
-			xys  plotter.XYs
-			dash bool
-		}{{f.Relay + " p99", p99, false}, {f.Relay + " p50", p50, true}} {
-			line, points, err := plotter.NewLinePoints(s.xys)
-			if err != nil {
-				return nil, err
-			}
-			line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
-			points.Shape = plotutil.Shape(i)
-			if s.dash {
-				line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-			}
-			pl.Add(line, points)
-			pl.Legend.Add(s.name, line, points)
-		}
-	}
-	legendAbove(pl, top)
-	return pl, nil
-}
-
-// loadLatencyAxes sets up a latency against offered load chart: latency
-// (ms) on a log axis, and the load on a log axis too (loads that double are
-// evenly spaced), ticked at the rates measured.
-func loadLatencyAxes(pl *plot.Plot, rates []int) {
-	pl.Y.Scale, pl.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-	var ticks []plot.Tick
-	for _, r := range rates {
-		if r > 0 {
-			ticks = append(ticks, plot.Tick{Value: float64(r), Label: strconv.Itoa(r)})
-		}
-	}
-	if len(ticks) == 0 {
-		return
-	}
-	pl.X.Scale = plot.LogScale{}
-	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
-	pl.X.Min, pl.X.Max = ticks[0].Value/1.3, ticks[len(ticks)-1].Value*1.3
-}
-
-// legendAbove puts the legend of a log-latency chart in a band above the
-// data, which reaches top: the axis goes well over a decade higher, so the
-// legend covers no line.
-func legendAbove(pl *plot.Plot, top float64) {
-	pl.Legend.Top, pl.Legend.Left = true, true
-	pl.Y.Max = top * 30
-	pl.Y.Min = math.Min(pl.Y.Min, 1)
-	if pl.Y.Min <= 0 {
-		pl.Y.Min = 0.1
-	}
-}
-
-// positiveMS is d in milliseconds, at least 0.01 so a log axis can show it.
 // walSize prints a WAL volume in KiB, or in bytes below 10 KiB, where the
 // CDC relays' figures are (a hundred-odd bytes per 1,000 events).
 func walSize(bytes float64) string {
@@ -373,6 +332,51 @@ func walSize(bytes float64) string {
 	return fmt.Sprintf("%.0f KiB", bytes/1024)
 }
 
-func positiveMS(d time.Duration) float64 {
-	return math.Max(float64(d)/float64(time.Millisecond), 0.01)
+// finite is v, or 0 when it is NaN or infinite (nothing to plot).
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}
+
+// missing names every figure the peers phase should have and lacks: each
+// column measured unless --peer-relays left it out, pg_recvlogical's drain
+// in every round when a relay streams from a slot, and every relay's
+// drain and latency window in every round at every rate.
+func (p *peersResult) missing() []string {
+	var out []string
+	names, figs := p.columns()
+	streams := false
+	for i, f := range figs {
+		skipped := slices.Contains(p.Skipped, names[i])
+		if f == nil && !skipped {
+			out = append(out, names[i]+" (not measured)")
+		}
+		streams = streams || (!skipped && names[i] != pollingName)
+	}
+	if streams && len(p.Recvlogical) < p.Rounds {
+		out = append(out, fmt.Sprintf("pg_recvlogical reference drain of the peers (%d of %d rounds)", len(p.Recvlogical), p.Rounds))
+	}
+	for _, f := range p.Relays {
+		complete := len(f.Drains) == p.Rounds
+		for _, d := range f.Drains {
+			complete = complete && d.EventsPerSec > 0 && d.PeakRSSBytes > 0 && d.RelayCPUPer1000 > 0
+		}
+		if !complete {
+			out = append(out, f.Relay+" drain figures")
+		}
+		for _, rate := range p.Rates {
+			lats := f.latencyRounds(rate, func(l relayLatency) float64 {
+				if l.Orders > 0 && l.CommitToAppend.P99 > 0 && l.CommitToRead.P99 > 0 && l.CommitToSent.P99 > 0 {
+					return 1
+				}
+				return 0
+			})
+			if len(lats) < p.Rounds || slices.Contains(lats.values(), 0) {
+				out = append(out, fmt.Sprintf("%s latency at %d/s", f.Relay, rate))
+			}
+		}
+	}
+	return out
 }

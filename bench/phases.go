@@ -225,7 +225,7 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := copySlot(ctx, r.env.pool, r.env.slot); err != nil {
+	if err := copySlot(ctx, r.env.pool, r.env.slot, recvlogicalSlot(r.env.slot)); err != nil {
 		return err
 	}
 	start, done := time.Now(), r.cpuFrom("cdc drain")
@@ -255,7 +255,7 @@ func (r *runner) drainPhase(ctx context.Context) error {
 	// The same backlog through PostgreSQL's own client, after the reader,
 	// so the reader never streams WAL this run already read.
 	done = r.cpuFrom("pg_recvlogical drain")
-	limitSecs, err := recvlogicalDrain(ctx, r.env.pool, r.env.dsn, r.env.slot, target)
+	limitSecs, err := recvlogicalDrain(ctx, r.env.pool, r.env.dsn, recvlogicalSlot(r.env.slot), target)
 	done()
 	if err != nil {
 		return err

@@ -109,31 +109,52 @@ func (res *Results) printTable(w io.Writer) {
 }
 
 // printComponents prints each component's memory and CPU per order in the
-// end-to-end phase, the three together against their target, and, over
-// several rates, the split of each into per order and at any rate.
+// end-to-end phase, over several rates split into per order and at any
+// rate, without a target: the relay's CPU is read against the relays that
+// do the same job, measured by the peers phase of the same run.
 func (res *Results) printComponents(p func(format string, args ...any)) {
 	p("6. Components (end-to-end phase)\t")
-	var sum float64
-	var sumFit costFit
-	fitted := true
 	for _, name := range []string{"api", "cdc", "consumer"} {
 		c := res.Components[name]
-		sum += c.CPUSecondsPer1000
 		if c.Fit == nil {
-			fitted = false
 			p("   %s\tpeak RSS %s, %.2f CPU s per 1,000 orders", name, mib(c.PeakRSSBytes), c.CPUSecondsPer1000)
 			continue
 		}
-		sumFit.PerOrder += c.Fit.PerOrder
-		sumFit.BaseCores += c.Fit.BaseCores
 		p("   %s\tpeak RSS %s, %.2f CPU s per 1,000 orders — over the rates, %s",
 			name, mib(c.PeakRSSBytes), c.CPUSecondsPer1000, c.Fit.describe(1000, "s per added 1,000 orders"))
 	}
-	together := fmt.Sprintf("%.2f CPU ms per order (target ≤ 0.35)", sum)
-	if fitted {
-		together += " — over the rates, " + sumFit.describe(1000, "ms per added order")
+	res.printRelayAgainstPeers(p)
+}
+
+// printRelayAgainstPeers prints, at each rate of the peers phase, the
+// reader's CPU per 1,000 events against Debezium's and the polling relay's
+// in the same run, as medians over the rounds and the median of the
+// rounds' ratios.
+func (res *Results) printRelayAgainstPeers(p func(format string, args ...any)) {
+	var ef *relayFigures
+	if res.Peers != nil {
+		ef = res.Peers.figures(eventforgeName)
 	}
-	p("   api + cdc + consumer\t%s", together)
+	if ef == nil || len(ef.Latency) == 0 {
+		p("   cdc against its peers\tnot measured in this run (the peers phase measures it: --phases …,peers)")
+		return
+	}
+	cpu := func(f *relayFigures, rate int) byRound {
+		return f.latencyRounds(rate, func(l relayLatency) float64 { return l.RelayCPUPer1000 })
+	}
+	for _, rate := range res.Peers.rates() {
+		line := fmt.Sprintf("EventForge %.3f", cpu(ef, rate).median())
+		for _, name := range []string{debeziumName, pollingName} {
+			peer := res.Peers.figures(name)
+			if peer == nil {
+				continue
+			}
+			if r, ok := cpu(ef, rate).ratioTo(cpu(peer, rate)); ok {
+				line += fmt.Sprintf(", %s %.3f (EventForge %.2f× of it)", name, cpu(peer, rate).median(), r)
+			}
+		}
+		p("   cdc against its peers at %d orders/s\trelay CPU s per 1,000 events, medians of %d rounds: %s", rate, res.Peers.Rounds, line)
+	}
 }
 
 func keys(m map[int]float64) []int {
@@ -274,19 +295,9 @@ func (res *Results) check(ran map[string]bool) error {
 		need("e2e", c.PeakRSSBytes > 0 && c.CPUSeconds > 0, name+" peak RSS and CPU")
 	}
 	need("e2e", len(res.Throughput) > 0, "throughput over time")
-	if res.Peers == nil || !slices.Contains(res.Peers.Skipped, "EventForge") {
-		need("peers", res.Peers != nil && res.Peers.RecvlogicalPerSec > 0, "pg_recvlogical reference drain of the peers")
-	}
 	if res.Peers != nil {
-		names, figs := res.Peers.columns()
-		for i, f := range figs {
-			need("peers", f != nil || slices.Contains(res.Peers.Skipped, names[i]), names[i]+" (not measured)")
-		}
-		for _, f := range res.Peers.Relays {
-			need("peers", f.Drain.EventsPerSec > 0 && f.Drain.PeakRSSBytes > 0 && f.Drain.RelayCPUPer1000 > 0, f.Relay+" drain figures")
-			for _, l := range f.Latency {
-				need("peers", l.Orders > 0 && l.CommitToAppend.P99 > 0, fmt.Sprintf("%s latency at %d/s", f.Relay, l.OfferedPerSec))
-			}
+		for _, m := range res.Peers.missing() {
+			need("peers", false, m)
 		}
 	}
 	need("growth", res.Growth != nil && len(res.Growth.Drains) > 0, "growth drains")

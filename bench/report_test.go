@@ -76,3 +76,35 @@ func TestAPICPUPerOrderIsItsCoresOverTheRate(t *testing.T) {
 		}
 	}
 }
+
+// Item 6 reports each component's CPU without a target; the relay's is
+// read against the relays doing the same job in the same run.
+func TestComponentsHaveNoTargetAndTheRelayMeetsItsPeers(t *testing.T) {
+	res := Results{Phases: []string{"postgres", "api", "drain", "apply", "e2e"}, Components: map[string]componentUsage{
+		"api": {PeakRSSBytes: 90 << 20, CPUSecondsPer1000: 0.23}, "cdc": {PeakRSSBytes: 60 << 20, CPUSecondsPer1000: 0.20},
+		"consumer": {PeakRSSBytes: 100 << 20, CPUSecondsPer1000: 0.16}}}
+	var out bytes.Buffer
+	res.printTable(&out)
+	text := out.String()
+	for _, want := range []string{"api  ", "peak RSS 90.0 MiB, 0.23 CPU s per 1,000 orders", "cdc against its peers", "not measured in this run"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("item 6 lacks %q:\n%s", want, text)
+		}
+	}
+	for _, gone := range []string{"0.35", "api + cdc + consumer"} {
+		if strings.Contains(text, gone) {
+			t.Errorf("item 6 still has %q:\n%s", gone, text)
+		}
+	}
+	// With the peers phase in the run: the reader's CPU per 1,000 events
+	// against Debezium's (0.2, 0.3, 0.4 round by round) and the polling
+	// relay's (0.4, 0.6, 0.8) at each rate.
+	res.Phases = append(res.Phases, "peers")
+	res.Peers = samplePeers()
+	out.Reset()
+	res.printTable(&out)
+	want := "relay CPU s per 1,000 events, medians of 3 rounds: EventForge 0.030, Debezium 0.100 (EventForge 0.30× of it), polling 0.050 (EventForge 0.60× of it)"
+	if !strings.Contains(out.String(), "cdc against its peers at 500 orders/s") || !strings.Contains(out.String(), want) {
+		t.Errorf("item 6 lacks the relay against its peers at 500/s (%q):\n%s", want, out.String())
+	}
+}

@@ -37,12 +37,16 @@ func TestSelectPhases(t *testing.T) {
 
 func TestSizesForPeers(t *testing.T) {
 	sz := sizesFor(false).forPeers(Config{})
-	if !slices.Equal(sz.peerRates, []int{500, 2000}) || sz.peerBacklog != 200_000 || sz.peerDuration != 30*time.Second {
-		t.Fatalf("defaults: rates %v, backlog %d, duration %s", sz.peerRates, sz.peerBacklog, sz.peerDuration)
+	if !slices.Equal(sz.peerRates, []int{500, 2000}) || sz.peerBacklog != 200_000 || sz.peerRounds != 3 ||
+		sz.peerWarmupOrders != 20_000 || sz.peerWarmup != 5*time.Second || sz.peerDuration != 10*time.Second {
+		t.Fatalf("defaults: rates %v, backlog %d, rounds %d, warm-up %s, duration %s", sz.peerRates, sz.peerBacklog, sz.peerRounds, sz.peerWarmup, sz.peerDuration)
 	}
-	sz = sizesFor(false).forPeers(Config{PeerRates: []int{2000}, PeerBacklog: 5000, PeerDuration: 20 * time.Second})
-	if !slices.Equal(sz.peerRates, []int{2000}) || sz.peerBacklog != 5000 || sz.peerDuration != 20*time.Second {
-		t.Fatalf("narrowed: rates %v, backlog %d, duration %s", sz.peerRates, sz.peerBacklog, sz.peerDuration)
+	if smoke := sizesFor(true); smoke.peerRounds < 3 {
+		t.Fatalf("smoke: %d rounds, want at least 3", smoke.peerRounds)
+	}
+	sz = sizesFor(false).forPeers(Config{PeerRates: []int{2000}, PeerBacklog: 5000, PeerRounds: 2, PeerWarmup: time.Second, PeerDuration: 20 * time.Second})
+	if !slices.Equal(sz.peerRates, []int{2000}) || sz.peerBacklog != 5000 || sz.peerRounds != 2 || sz.peerWarmup != time.Second || sz.peerDuration != 20*time.Second {
+		t.Fatalf("narrowed: rates %v, backlog %d, rounds %d, warm-up %s, duration %s", sz.peerRates, sz.peerBacklog, sz.peerRounds, sz.peerWarmup, sz.peerDuration)
 	}
 	if sz.backlog != 200_000 {
 		t.Fatalf("the drain phase's backlog changed to %d", sz.backlog)

@@ -173,7 +173,7 @@ test-exactly-once: build ## Run the relay windows in both delivery modes three t
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	$(STOP_STARTED); \
 	trap stop_started EXIT; \
-	EVENTFORGE_EOS_RUNS=3 $(GO) test $(GO_TEST_FLAGS) -v -run '^(TestRelayExactlyOnce|TestRelayPartitionedLeader)$$' ./e2e/ | grep -E 'runs passed|takeover|^(---|ok|FAIL|PASS)'
+	EVENTFORGE_EOS_RUNS=3 $(GO) test $(GO_TEST_FLAGS) -tags exactlyonce -v -run '^(TestRelayExactlyOnce|TestRelayPartitionedLeader)$$' ./e2e/ | grep -E 'runs passed|takeover|^(---|ok|FAIL|PASS)'
 
 # The database's life (build tag lifecycle): slots a PostgreSQL 18 server
 # invalidates when idle, and the runbooks of docs/operations.md — major

@@ -1,3 +1,5 @@
+//go:build exactlyonce
+
 package e2e
 
 import (

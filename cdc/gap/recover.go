@@ -30,7 +30,7 @@ func (g *Guard) recover(ctx context.Context, reason string, st slot.State, cp Ch
 		if st.ActivePID != nil {
 			return fmt.Errorf("%w (pid %d)", slot.ErrBusy, *st.ActivePID)
 		}
-		err := g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		err := g.slots.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return schema.DropSlot(ctx, conn, g.cfg.Slot)
 		})
 		if err != nil {
@@ -111,7 +111,34 @@ func (g *Guard) createSlot(ctx context.Context, rconn *pgconn.PgConn) (pglogrepl
 			g.logger.Warn("creating the replication slot waits for transactions that hold a transaction ID to end", "waited", time.Since(began).Round(time.Second), "blockers", b)
 		}
 	}()
+	if slot.InHotStandby(rconn) {
+		go g.logStandbySnapshots(wctx)
+	}
 	return slot.CreateExportingSnapshot(ctx, rconn, g.cfg.Slot)
+}
+
+// logStandbySnapshots asks the primary to log its running transactions
+// every second until ctx ends. A logical slot created on a standby becomes
+// consistent only once the standby replays such a record, which the primary
+// otherwise logs about every 15 s (and only while it writes).
+// pg_log_standby_snapshot is for superusers unless granted: refused, the
+// creation waits for the primary's own records.
+func (g *Guard) logStandbySnapshots(ctx context.Context) {
+	for {
+		err := g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			g.logger.Info("creating the slot on the standby waits for the primary to log its running transactions (about every 15 s); GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() to the reader's role on the primary to speed it up", "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // slotCreationBlockers describes the transactions that held a transaction

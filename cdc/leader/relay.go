@@ -18,7 +18,13 @@ import (
 // Config is the relay's configuration as the leadership and its stages
 // take it.
 type Config struct {
+	// DatabaseURL reaches the primary: the leadership lock, heartbeats,
+	// checkpoints and outbox statements run there.
 	DatabaseURL string
+	// ReplicationURL, when set, reaches a standby (PostgreSQL 16+) that
+	// holds the slot and is decoded from (replication.go); empty, the slot
+	// is on DatabaseURL's server.
+	ReplicationURL string
 	Slot        string
 	Publication string
 	Outbox      outbox.Table

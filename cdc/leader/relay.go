@@ -25,10 +25,10 @@ type Config struct {
 	// holds the slot and is decoded from (replication.go); empty, the slot
 	// is on DatabaseURL's server.
 	ReplicationURL string
-	Slot        string
-	Publication string
-	Outbox      outbox.Table
-	DeadLetters outbox.Table
+	Slot           string
+	Publication    string
+	Outbox         outbox.Table
+	DeadLetters    outbox.Table
 	// StatusInterval is how often the leader reads the slot's statistics
 	// and checks its own health.
 	StatusInterval time.Duration

@@ -246,13 +246,18 @@ func waitDelivered(t testing.TB, env *testenv.Env, timeout time.Duration) delive
 	return c
 }
 
+// slotPool is a pool on the server that holds env's slot: the standby the
+// relay decodes on (testenv.Env.DecodeOnStandby), else env.Pool.
+func slotPool(env *testenv.Env) *pgxpool.Pool {
+	if env.SlotPool != nil {
+		return env.SlotPool
+	}
+	return env.Pool
+}
+
 // slotConfirmed returns the slot's confirmed_flush_lsn.
 func slotConfirmed(env *testenv.Env) (pglogrepl.LSN, error) {
-	pool := env.Pool
-	if env.SlotPool != nil {
-		pool = env.SlotPool
-	}
-	st, err := schema.ReadSlotStatus(context.Background(), pool, env.Slot)
+	st, err := schema.ReadSlotStatus(context.Background(), slotPool(env), env.Slot)
 	if err != nil {
 		return 0, err
 	}

@@ -23,7 +23,8 @@ import (
 // physical standby (--replication-url; hot_standby_feedback on, a physical
 // slot on the primary) while --database-url stays the primary for the
 // leadership lock, heartbeats and checkpoints. The slot is created on the
-// standby (a gap recovery on the first start, since no checkpoint exists).
+// standby (a gap recovery on the first start, since no checkpoint exists);
+// a reader given the standby as --database-url says why it cannot run there.
 // Under load the standby crashes (immediate shutdown) and later restarts
 // as planned (the slot saved first, then a fast shutdown): the slot survives
 // each restart on the standby, the reader resumes from its confirmed
@@ -53,10 +54,25 @@ func decodeFromStandby(t *testing.T, version int) {
 	}
 	env.DecodeOnStandby(t, standby)
 
+	flags := append([]string{"--synchronized-standby-slots", standby.Name}, gapFlags...)
+	// What the reader did before --replication-url: --database-url at the
+	// standby. It now says why it cannot run there (its leadership lock,
+	// heartbeats and checkpoints are writes) and retries.
+	onStandby := *env
+	onStandby.DatabaseURL, onStandby.ReplicationURL = env.ReplicationURL, ""
+	wrong, _ := cdcReader(t, &onStandby, "cdc-database-url-on-standby", nil, flags...)
+	testenv.Eventually(t, 30*time.Second, "reader refusing a standby as --database-url", func() error {
+		b, err := os.ReadFile(wrong.Log)
+		if err != nil || !strings.Contains(string(b), "database-url reaches a standby") {
+			return fmt.Errorf("not in %s yet (%v)", wrong.Log, err)
+		}
+		return nil
+	})
+	wrong.stop()
+
 	pl := newPipelineOn(t, env)
 	pl.startAPI(t)
 	pl.startConsumer(t, "consumer", nil)
-	flags := append([]string{"--synchronized-standby-slots", standby.Name}, gapFlags...)
 	reader, metrics := cdcReader(t, env, "cdc", nil, flags...)
 	waitMetric(t, metrics, "eventforge_cdc_active", time.Minute, "reader active on the standby's slot", func(v float64) bool { return v == 1 })
 	startRecoveries, _ := gapRecoveries(t, metrics)

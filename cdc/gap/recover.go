@@ -85,15 +85,18 @@ func (g *Guard) recover(ctx context.Context, reason string, st slot.State, cp Ch
 // waits until every transaction that held a transaction ID when it began
 // has ended, anywhere in the cluster: a prepared transaction nobody
 // resolves, or a session idle in a transaction, holds the recovery — and
-// every order — until it ends. Meanwhile the relay logs what it waits for
-// every checkpoint interval, and the leader's health (package leader) turns
-// unhealthy, naming them, once it waited --unhealthy-after.
+// every order — until it ends. On a standby (decoding there) it also waits
+// for the primary to log its running transactions (logStandbySnapshots).
+// Meanwhile the relay logs what it waits for every checkpoint interval, and
+// the leader's health (package leader) turns unhealthy, naming them, once
+// it waited --unhealthy-after.
 func (g *Guard) createSlot(ctx context.Context, rconn *pgconn.PgConn) (pglogrepl.CreateReplicationSlotResult, error) {
 	began := time.Now()
 	g.prog.SetCreating(began)
 	defer g.prog.SetCreating(time.Time{})
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
+	onStandby := slot.InHotStandby(rconn)
 	go func() {
 		t := time.NewTicker(g.cfg.LogEvery)
 		defer t.Stop()
@@ -108,10 +111,14 @@ func (g *Guard) createSlot(ctx context.Context, rconn *pgconn.PgConn) (pglogrepl
 				continue
 			}
 			g.prog.SetBlockers(b)
+			if onStandby && b == "" {
+				g.logger.Info("creating the replication slot on the standby waits for the primary to log its running transactions", "waited", time.Since(began).Round(time.Second))
+				continue
+			}
 			g.logger.Warn("creating the replication slot waits for transactions that hold a transaction ID to end", "waited", time.Since(began).Round(time.Second), "blockers", b)
 		}
 	}()
-	if slot.InHotStandby(rconn) {
+	if onStandby {
 		go g.logStandbySnapshots(wctx)
 	}
 	return slot.CreateExportingSnapshot(ctx, rconn, g.cfg.Slot)

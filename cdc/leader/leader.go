@@ -155,11 +155,11 @@ func (r *relay) standBy(ctx context.Context, ctl, slots *control.Conn) error {
 }
 
 // leadership is one leadership's stages, all on its control connection but
-// for the slot's own statements (slots: the control connection, or the
-// standby the relay decodes on).
+// for the slot's own statements, which the guard and the stream run on the
+// slot's server (the control connection, or the standby the relay decodes
+// on).
 type leadership struct {
 	ctl    *control.Conn
-	slots  *control.Conn
 	guard  *gap.Guard
 	keeper *retention.Keeper
 	stream stream.Deps
@@ -174,8 +174,7 @@ func (r *relay) newLeadership(ctl, slots *control.Conn) *leadership {
 		Logger:  r.d.Logger,
 	}
 	return &leadership{
-		ctl:   ctl,
-		slots: slots,
+		ctl: ctl,
 		guard: gap.NewGuard(r.cfg.Gap, gap.Deps{Control: ctl, Slots: slots, Driver: r.d.Driver, Router: r.d.Router, DeadLetters: dead,
 			Limit: r.limit, Metrics: r.m, Progress: r.prog, Logger: r.d.Logger}),
 		keeper: retention.NewKeeper(r.cfg.Retention, ctl, r.prog, r.d.Logger),

@@ -178,10 +178,11 @@ test-exactly-once: build ## Run the relay windows in both delivery modes three t
 # The database's life (build tag lifecycle): slots a PostgreSQL 18 server
 # invalidates when idle, and the runbooks of docs/operations.md — major
 # upgrades with pg_upgrade (17 → 18 keeping the slot, 15 → 17 recovering
-# it) and switchovers there and back (17 with a failover slot, 15). Minutes
-# each, on private stacks, so outside make test.
+# it), switchovers there and back (17 with a failover slot, 15), and
+# decoding on a standby that restarts (16, 17). Minutes each, on private
+# stacks, so outside make test.
 .PHONY: test-lifecycle
-test-lifecycle: build ## Run the lifecycle tests (idle slot timeout, pg_upgrade, switchovers) on private stacks
+test-lifecycle: build ## Run the lifecycle tests (idle slot timeout, pg_upgrade, switchovers, decoding on a standby) on private stacks
 	@started="$$($(EVENTFORGE) stack up --print-started)"; \
 	$(STOP_STARTED); \
 	trap stop_started EXIT; \

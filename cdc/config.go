@@ -20,6 +20,12 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL connection string. The role needs the
 	// REPLICATION attribute (and CREATE on the database to create the slot).
 	DatabaseURL string `name:"database-url" log:"url" help:"PostgreSQL connection URL (role with REPLICATION)." default:"${database_url}"`
+	// ReplicationURL, when set, reaches a physical standby of the primary
+	// (PostgreSQL 16+) to decode on: the slot, the replication connection
+	// and a gap recovery's snapshot are there, while DatabaseURL stays the
+	// primary for the leadership lock, heartbeats and checkpoints
+	// (docs/cdc.md, "Decoding on a standby").
+	ReplicationURL string `name:"replication-url" log:"url" help:"PostgreSQL connection URL of a standby (16+) to decode on: the slot lives there; --database-url stays the primary for the leadership lock, heartbeats and checkpoints. Empty: decode on --database-url."`
 	// Kafka is the Kafka sink's settings: the bootstrap servers and the
 	// producer properties an operator may set.
 	Kafka kafkasink.Config `embed:""`

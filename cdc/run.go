@@ -106,8 +106,13 @@ func (c Config) leader() leader.Config {
 	table := outbox.MustParseTable
 	ob, dead, checkpoints := table(c.OutboxTable), table(c.DeadLetterTable), table(c.CheckpointTable)
 	slots := standby.Slots(c.SynchronizedStandbySlots)
+	slotURL := c.DatabaseURL
+	if c.ReplicationURL != "" {
+		slotURL = c.ReplicationURL
+	}
 	return leader.Config{
 		DatabaseURL:       c.DatabaseURL,
+		ReplicationURL:    c.ReplicationURL,
 		Slot:              c.Slot,
 		Publication:       c.Publication,
 		Outbox:            ob,
@@ -119,13 +124,13 @@ func (c Config) leader() leader.Config {
 		MaxBackoff:        c.MaxBackoff,
 		StandbySlots:      slots,
 		Stream: stream.Config{
-			DatabaseURL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Outbox: ob, Checkpoints: checkpoints,
+			DatabaseURL: slotURL, Slot: c.Slot, Publication: c.Publication, Outbox: ob, Checkpoints: checkpoints,
 			StatusInterval: c.StatusInterval, ConfirmInterval: c.ConfirmInterval, FlushTimeout: c.FlushTimeout,
 			MaxInflightEvents: c.MaxInflightEvents, MaxInflightBytes: c.MaxInflightBytes, StandbySlots: slots,
 			Txn: stream.TxnBounds{Events: c.TransactionEvents, Bytes: c.TransactionBytes, Interval: c.TransactionInterval},
 		},
 		Gap: gap.Config{
-			DatabaseURL: c.DatabaseURL, Slot: c.Slot, Outbox: ob, DeadLetters: dead, Checkpoints: checkpoints,
+			DatabaseURL: slotURL, Slot: c.Slot, Outbox: ob, DeadLetters: dead, Checkpoints: checkpoints,
 			NoCreateSlot: c.NoCreateSlot, LogEvery: c.CheckpointInterval, Stall: c.UnhealthyAfter, MaxInflight: c.MaxInflightEvents,
 		},
 		Retention: retention.Config{

@@ -44,7 +44,7 @@ func dropSlotUnderReader(t *testing.T, pl *pipeline) {
 		if err := terminateSlotReader(ctx, pl); err != nil {
 			return err
 		}
-		return schema.DropSlot(ctx, pl.env.Pool, pl.env.Slot)
+		return schema.DropSlot(ctx, slotPool(pl.env), pl.env.Slot)
 	})
 }
 
@@ -94,7 +94,7 @@ func windowSlotLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, "frozen reader's slot dropped", func() error {
-		return schema.DropSlot(ctx, pl.env.Pool, pl.env.Slot)
+		return schema.DropSlot(ctx, slotPool(pl.env), pl.env.Slot)
 	})
 	waitOrdersCommitted(t, pl, 200)
 	if _, err := schema.EnsureSlot(ctx, pl.env.Pool, pl.env.Slot); err != nil {
@@ -225,13 +225,14 @@ func windowSlotInvalidated(t *testing.T) {
 // terminateSlotReader ends the walsender streaming the pipeline's slot, if
 // the slot exists and one does.
 func terminateSlotReader(ctx context.Context, pl *pipeline) error {
-	st, err := schema.ReadSlotStatus(ctx, pl.env.Pool, pl.env.Slot)
+	pool := slotPool(pl.env)
+	st, err := schema.ReadSlotStatus(ctx, pool, pl.env.Slot)
 	if errors.Is(err, schema.ErrSlotNotFound) {
 		return nil
 	}
 	if err != nil || st.ActivePID == nil {
 		return err
 	}
-	_, err = pl.env.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *st.ActivePID)
+	_, err = pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *st.ActivePID)
 	return err
 }

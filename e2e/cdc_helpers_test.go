@@ -30,6 +30,9 @@ func cdcReader(t testing.TB, env *testenv.Env, name string, procEnv []string, ex
 		"--database-url", env.DatabaseURL, "--kafka-brokers", env.Endpoints.KafkaBootstrap,
 		"--slot", env.Slot, "--topic", "order=" + env.Topic, "--status-interval", "500ms",
 		"--heartbeat-interval", "1s", "--standby-retry", "250ms", "--metrics-addr", addr}, extra...)
+	if env.ReplicationURL != "" {
+		args = append(args, "--replication-url", env.ReplicationURL)
+	}
 	return start(t, name, procEnv, args...), addr
 }
 
@@ -243,9 +246,18 @@ func waitDelivered(t testing.TB, env *testenv.Env, timeout time.Duration) delive
 	return c
 }
 
+// slotPool is a pool on the server that holds env's slot: the standby the
+// relay decodes on (testenv.Env.DecodeOnStandby), else env.Pool.
+func slotPool(env *testenv.Env) *pgxpool.Pool {
+	if env.SlotPool != nil {
+		return env.SlotPool
+	}
+	return env.Pool
+}
+
 // slotConfirmed returns the slot's confirmed_flush_lsn.
 func slotConfirmed(env *testenv.Env) (pglogrepl.LSN, error) {
-	st, err := schema.ReadSlotStatus(context.Background(), env.Pool, env.Slot)
+	st, err := schema.ReadSlotStatus(context.Background(), slotPool(env), env.Slot)
 	if err != nil {
 		return 0, err
 	}

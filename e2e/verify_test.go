@@ -41,6 +41,9 @@ func runVerifyArgs(t *testing.T, pl *pipeline, flags ...string) (verify.Report, 
 	args := append([]string{"verify", "--json",
 		"--database-url", pl.env.DatabaseURL, "--kafka-brokers", pl.env.Endpoints.KafkaBootstrap,
 		"--topic", pl.env.Topic, "--slot", pl.env.Slot}, flags...)
+	if pl.env.ReplicationURL != "" {
+		args = append(args, "--replication-url", pl.env.ReplicationURL)
+	}
 	res := eventforge(t, anyExit, args...)
 	code := res.Code
 	var rep verify.Report

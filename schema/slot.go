@@ -50,16 +50,19 @@ type SlotStatus struct {
 	SafeWALSizeBytes *int64 `json:"safe_wal_size_bytes"`
 }
 
-// ReadSlotStatus reads the status of slot on a primary. A missing slot is
-// ErrSlotNotFound.
+// ReadSlotStatus reads the status of slot on a primary, or on a standby
+// (PostgreSQL 16+ decodes there), where the current WAL position is the
+// replayed one. A missing slot is ErrSlotNotFound.
 func ReadSlotStatus(ctx context.Context, q Querier, slot string) (SlotStatus, error) {
 	var st SlotStatus
 	err := q.QueryRow(ctx, `SELECT slot_name, coalesce(plugin, ''), coalesce(database, ''), active, active_pid,
-			coalesce(confirmed_flush_lsn::text, ''), coalesce(restart_lsn::text, ''), pg_current_wal_lsn()::text,
-			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
-			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint,
+			coalesce(confirmed_flush_lsn::text, ''), coalesce(restart_lsn::text, ''), w.lsn::text,
+			coalesce(pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn), 0)::bigint,
+			coalesce(pg_wal_lsn_diff(w.lsn, restart_lsn), 0)::bigint,
 			coalesce(wal_status, ''), safe_wal_size
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(
+		FROM pg_replication_slots,
+			LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
+		WHERE slot_name = $1`, slot).Scan(
 		&st.Slot, &st.Plugin, &st.Database, &st.Active, &st.ActivePID,
 		&st.ConfirmedFlushLSN, &st.RestartLSN, &st.CurrentWALLSN,
 		&st.LagBytes, &st.RetainedWALBytes, &st.WALStatus, &st.SafeWALSizeBytes)

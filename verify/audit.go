@@ -13,8 +13,11 @@ import (
 )
 
 type auditor struct {
-	cfg   Config
-	pool  *pgxpool.Pool
+	cfg  Config
+	pool *pgxpool.Pool
+	// slots reads the relay's slot: pool, or a pool on the standby the
+	// relay decodes on (Config.ReplicationURL).
+	slots *pgxpool.Pool
 	kafka *kafkaread.Reader
 }
 
@@ -27,16 +30,29 @@ func newAuditor(ctx context.Context, cfg Config) (*auditor, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
+	slots := pool
+	if cfg.ReplicationURL != "" {
+		if slots, err = pgxpool.New(ctx, cfg.ReplicationURL); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("connecting to the replication server: %w", err)
+		}
+	}
 	kr, err := kafkaread.New(cfg.KafkaBrokers)
 	if err != nil {
 		pool.Close()
+		if slots != pool {
+			slots.Close()
+		}
 		return nil, err
 	}
-	return &auditor{cfg: cfg, pool: pool, kafka: kr}, nil
+	return &auditor{cfg: cfg, pool: pool, slots: slots, kafka: kr}, nil
 }
 
 func (a *auditor) close() {
 	a.kafka.Close()
+	if a.slots != a.pool {
+		a.slots.Close()
+	}
 	a.pool.Close()
 }
 

@@ -64,7 +64,7 @@ func (a *auditor) currentWAL(ctx context.Context) (pglogrepl.LSN, error) {
 }
 
 func (a *auditor) slotConfirmed(ctx context.Context) (pglogrepl.LSN, error) {
-	st, err := schema.ReadSlotStatus(ctx, a.pool, a.cfg.Slot)
+	st, err := schema.ReadSlotStatus(ctx, a.slots, a.cfg.Slot)
 	if err != nil {
 		return 0, err
 	}

@@ -46,6 +46,10 @@ type Config struct {
 	// every consumer EventForge runs, with its default group
 	// (DefaultConsumers).
 	Consumers map[string]string `name:"consumer" help:"consumer=group pairs to audit (repeatable; default: every consumer with its default group, eventforge-<name>)."`
+	// ReplicationURL reaches the standby the CDC reader decodes on (its
+	// --replication-url), where its slot is; empty, the slot is read on
+	// DatabaseURL.
+	ReplicationURL string `name:"replication-url" log:"url" help:"PostgreSQL connection URL of the standby the CDC reader decodes on (its --replication-url), where its slot is. Empty: the slot is on --database-url."`
 	// Slot is the replication slot of the CDC reader.
 	Slot string `name:"slot" help:"Replication slot of the CDC reader." default:"${slot}"`
 	// DeadLetterTable is the relay's dead-letter table (cdc's

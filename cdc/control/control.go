@@ -25,6 +25,10 @@ const QueryTimeout = 15 * time.Second
 type Conn struct {
 	mu   sync.Mutex
 	conn *pgx.Conn
+	// dial, when set, reconnects a closed connection before the next
+	// statement (OpenSlotConn); the control connection never reconnects:
+	// its leadership lock ends with it.
+	dial func(ctx context.Context) (*pgx.Conn, error)
 }
 
 // New wraps an open connection; Open connects one as the relay does.
@@ -45,12 +49,45 @@ func Open(ctx context.Context, databaseURL string) (*Conn, error) {
 	return New(conn), nil
 }
 
+// OpenSlotConn connects to the server at databaseURL that holds the
+// replication slot when it is not the control connection's — a standby the
+// relay decodes on (docs/cdc.md, "Decoding on a standby"). It holds no lock,
+// so it reconnects by itself: a statement after the connection broke (the
+// standby restarted) dials again.
+func OpenSlotConn(ctx context.Context, databaseURL string) (*Conn, error) {
+	pcfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, Permanentf("parsing replication-url: %w", err)
+	}
+	maps.Copy(pcfg.RuntimeParams, deadPeerParams)
+	pcfg.RuntimeParams["application_name"] = "eventforge-cdc-slot"
+	dial := func(ctx context.Context) (*pgx.Conn, error) {
+		conn, err := pgx.ConnectConfig(ctx, pcfg.Copy())
+		if err != nil {
+			return nil, fmt.Errorf("connecting to the replication server: %w", err)
+		}
+		return conn, nil
+	}
+	conn, err := dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{conn: conn, dial: dial}, nil
+}
+
 // Do runs f on the connection, alone and within QueryTimeout.
 func (c *Conn) Do(ctx context.Context, f func(ctx context.Context, conn *pgx.Conn) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, QueryTimeout)
 	defer cancel()
+	if c.dial != nil && c.conn.IsClosed() {
+		conn, err := c.dial(ctx)
+		if err != nil {
+			return err
+		}
+		c.conn = conn
+	}
 	return f(ctx, c.conn)
 }
 
@@ -63,7 +100,11 @@ func (c *Conn) Closed() bool {
 }
 
 // Database is the name of the database the connection is to.
-func (c *Conn) Database() string { return c.conn.Config().Database }
+func (c *Conn) Database() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn.Config().Database
+}
 
 // PID is the server process of the connection.
 func (c *Conn) PID() uint32 { return c.conn.PgConn().PID() }

@@ -52,3 +52,40 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("after a timed-out statement: err %v, closed %v; want the connection closed", err, ctl.Closed())
 	}
 }
+
+// TestSlotConnRedials: the connection to the slot's server (a standby the
+// relay decodes on) holds no lock, so after it broke — the server
+// terminated it, as a restart does — the next statement dials again.
+func TestSlotConnRedials(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	slots, err := control.OpenSlotConn(ctx, env.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slots.Close(context.Background()) })
+	backend := func() (pid int32, err error) {
+		err = slots.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			return conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+		})
+		return pid, err
+	}
+	first, err := backend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, first); err != nil {
+		t.Fatal(err)
+	}
+	// The statement that meets the terminated backend fails; the next one
+	// runs on a new connection.
+	_, _ = backend()
+	second, err := backend()
+	if err != nil || second == first {
+		t.Fatalf("after the backend was terminated: pid %d (was %d), err %v; want a new connection", second, first, err)
+	}
+	if got := slots.Database(); got != env.Database {
+		t.Fatalf("Database() = %q, want %q", got, env.Database)
+	}
+}

@@ -47,7 +47,10 @@ func (g *Guard) adopt(ctx context.Context, st slot.State, cp Checkpoint) (pglogr
 		return 0, false, nil
 	}
 	var unpublished int64
-	err := g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	// The snapshot and the slot are read on the slot's server: on a
+	// standby the argument holds alike, a row its snapshot does not see
+	// being replayed after it, past the slot's confirmed position.
+	err := g.slots.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		unpublished = -1
 		return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 			n, err := countUnpublished(ctx, tx, g.cfg.Outbox, g.cfg.DeadLetters, *cp.PublishedBelow)

@@ -43,9 +43,11 @@ import (
 
 // Config is what gap recovery needs of the relay's configuration.
 type Config struct {
-	// DatabaseURL reaches the database: the recovery opens a replication
-	// connection to create the slot and a connection that reads its
-	// snapshot.
+	// DatabaseURL reaches the database on the server that holds the slot
+	// (the primary, or the standby the relay decodes on): the recovery
+	// opens a replication connection there to create the slot and a
+	// connection that reads its snapshot — an exported snapshot can be
+	// imported only on the server that exported it.
 	DatabaseURL string
 	Slot        string
 	Outbox      outbox.Table
@@ -69,6 +71,7 @@ type Config struct {
 type Guard struct {
 	cfg    Config
 	ctl    *control.Conn
+	slots  *control.Conn
 	driver sink.Driver
 	router sink.Router
 	dead   *deadletter.Recorder
@@ -80,7 +83,11 @@ type Guard struct {
 
 // Deps are what a Guard works with, shared with the rest of the relay.
 type Deps struct {
-	Control     *control.Conn
+	Control *control.Conn
+	// Slots reaches the server that holds the slot: Control itself, or the
+	// standby the relay decodes on. The slot is read, dropped and adopted
+	// there; the checkpoint stays on Control.
+	Slots       *control.Conn
 	Driver      sink.Driver
 	Router      sink.Router
 	DeadLetters *deadletter.Recorder
@@ -92,6 +99,10 @@ type Deps struct {
 
 // NewGuard returns the guard of one leadership.
 func NewGuard(cfg Config, d Deps) *Guard {
-	return &Guard{cfg: cfg, ctl: d.Control, driver: d.Driver, router: d.Router, dead: d.DeadLetters,
+	slots := d.Slots
+	if slots == nil {
+		slots = d.Control
+	}
+	return &Guard{cfg: cfg, ctl: d.Control, slots: slots, driver: d.Driver, router: d.Router, dead: d.DeadLetters,
 		limit: d.Limit, m: d.Metrics, prog: d.Progress, logger: d.Logger}
 }

@@ -19,11 +19,11 @@ var ErrRefused = errors.New("replication slot gap")
 // from the checkpoint, and returns the slot as it is now and its
 // generation (Checkpoint.Generation).
 func (g *Guard) Prepare(ctx context.Context) (slot.State, string, error) {
-	st, err := slot.Read(ctx, g.ctl, g.cfg.Slot)
+	st, err := slot.Read(ctx, g.slots, g.cfg.Slot)
 	if err != nil {
 		return slot.State{}, "", err
 	}
-	if err := slot.CheckKind(g.ctl, g.cfg.Slot, st); err != nil {
+	if err := slot.CheckKind(g.slots, g.cfg.Slot, st); err != nil {
 		return slot.State{}, "", err
 	}
 	cp, err := ReadCheckpoint(ctx, g.ctl, g.cfg.Checkpoints, g.cfg.Slot)
@@ -74,7 +74,7 @@ func (g *Guard) recoverAndReread(ctx context.Context, reason string, st slot.Sta
 	if err := g.recover(ctx, reason, st, cp); err != nil {
 		return st, cp, err
 	}
-	st, err := slot.Read(ctx, g.ctl, g.cfg.Slot)
+	st, err := slot.Read(ctx, g.slots, g.cfg.Slot)
 	if err != nil {
 		return st, cp, err
 	}

@@ -30,7 +30,7 @@ func (g *Guard) recover(ctx context.Context, reason string, st slot.State, cp Ch
 		if st.ActivePID != nil {
 			return fmt.Errorf("%w (pid %d)", slot.ErrBusy, *st.ActivePID)
 		}
-		err := g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		err := g.slots.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return schema.DropSlot(ctx, conn, g.cfg.Slot)
 		})
 		if err != nil {
@@ -85,15 +85,18 @@ func (g *Guard) recover(ctx context.Context, reason string, st slot.State, cp Ch
 // waits until every transaction that held a transaction ID when it began
 // has ended, anywhere in the cluster: a prepared transaction nobody
 // resolves, or a session idle in a transaction, holds the recovery — and
-// every order — until it ends. Meanwhile the relay logs what it waits for
-// every checkpoint interval, and the leader's health (package leader) turns
-// unhealthy, naming them, once it waited --unhealthy-after.
+// every order — until it ends. On a standby (decoding there) it also waits
+// for the primary to log its running transactions (logStandbySnapshots).
+// Meanwhile the relay logs what it waits for every checkpoint interval, and
+// the leader's health (package leader) turns unhealthy, naming them, once
+// it waited --unhealthy-after.
 func (g *Guard) createSlot(ctx context.Context, rconn *pgconn.PgConn) (pglogrepl.CreateReplicationSlotResult, error) {
 	began := time.Now()
 	g.prog.SetCreating(began)
 	defer g.prog.SetCreating(time.Time{})
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
+	onStandby := slot.InHotStandby(rconn)
 	go func() {
 		t := time.NewTicker(g.cfg.LogEvery)
 		defer t.Stop()
@@ -108,10 +111,41 @@ func (g *Guard) createSlot(ctx context.Context, rconn *pgconn.PgConn) (pglogrepl
 				continue
 			}
 			g.prog.SetBlockers(b)
+			if onStandby && b == "" {
+				g.logger.Info("creating the replication slot on the standby waits for the primary to log its running transactions", "waited", time.Since(began).Round(time.Second))
+				continue
+			}
 			g.logger.Warn("creating the replication slot waits for transactions that hold a transaction ID to end", "waited", time.Since(began).Round(time.Second), "blockers", b)
 		}
 	}()
+	if onStandby {
+		go g.logStandbySnapshots(wctx)
+	}
 	return slot.CreateExportingSnapshot(ctx, rconn, g.cfg.Slot)
+}
+
+// logStandbySnapshots asks the primary to log its running transactions
+// every second until ctx ends. A logical slot created on a standby becomes
+// consistent only once the standby replays such a record, which the primary
+// otherwise logs about every 15 s (and only while it writes).
+// pg_log_standby_snapshot is for superusers unless granted: refused, the
+// creation waits for the primary's own records.
+func (g *Guard) logStandbySnapshots(ctx context.Context) {
+	for {
+		err := g.ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			g.logger.Info("creating the slot on the standby waits for the primary to log its running transactions (about every 15 s); GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() to the reader's role on the primary to speed it up", "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // slotCreationBlockers describes the transactions that held a transaction

@@ -82,7 +82,14 @@ func (r *relay) runControl(ctx context.Context) error {
 	if err := checkServer(ctx, ctl, r.cfg); err != nil {
 		return err
 	}
-	if err := r.standBy(ctx, ctl); err != nil || ctx.Err() != nil {
+	slots, err := r.openSlots(ctx, ctl)
+	if err != nil {
+		return err
+	}
+	if slots != ctl {
+		defer slots.Close(context.WithoutCancel(ctx))
+	}
+	if err := r.standBy(ctx, ctl, slots); err != nil || ctx.Err() != nil {
 		return err
 	}
 	r.d.Logger.Info("leadership acquired")
@@ -92,9 +99,9 @@ func (r *relay) runControl(ctx context.Context) error {
 	defer lose(nil)
 	r.limit.Reset()
 	r.prog.SetSent(0)
-	l := r.newLeadership(ctl)
+	l := r.newLeadership(ctl, slots)
 	var wg sync.WaitGroup
-	wg.Go(func() { r.monitor(lctx, ctl, lose) })
+	wg.Go(func() { r.monitor(lctx, ctl, slots, lose) })
 	wg.Go(func() { l.keeper.Run(lctx) })
 	wg.Go(func() { r.limit.Raise(lctx, ctl, r.cfg.Gap.Checkpoints, r.cfg.Slot, r.d.Logger) })
 	err = r.lead(lctx, l)
@@ -115,7 +122,7 @@ func (r *relay) runControl(ctx context.Context) error {
 }
 
 // standBy waits until this process holds the leadership lock (or ctx ends).
-func (r *relay) standBy(ctx context.Context, ctl *control.Conn) error {
+func (r *relay) standBy(ctx context.Context, ctl, slots *control.Conn) error {
 	for waiting := false; ; waiting = true {
 		if wait := time.Until(r.holdOff); wait > 0 {
 			r.d.Health.report(fmt.Errorf("%w: holding off for %s before competing for the slot again", errUnhealthy, wait.Round(time.Second)))
@@ -135,8 +142,11 @@ func (r *relay) standBy(ctx context.Context, ctl *control.Conn) error {
 		r.m.Active.Set(0)
 		r.m.OldestAge.Set(0)
 		r.m.Inflight.Set(0)
-		if err := r.updateSlotStats(ctx, ctl); err != nil {
-			return err
+		if err := r.updateSlotStats(ctx, slots); err != nil {
+			if slots == ctl {
+				return err
+			}
+			r.d.Logger.Warn("reading the slot on the replication server failed", "err", err)
 		}
 		if !backoff.Sleep(ctx, backoff.Jitter(r.cfg.StandbyRetry)) {
 			return nil
@@ -144,7 +154,10 @@ func (r *relay) standBy(ctx context.Context, ctl *control.Conn) error {
 	}
 }
 
-// leadership is one leadership's stages, all on its control connection.
+// leadership is one leadership's stages, all on its control connection but
+// for the slot's own statements, which the guard and the stream run on the
+// slot's server (the control connection, or the standby the relay decodes
+// on).
 type leadership struct {
 	ctl    *control.Conn
 	guard  *gap.Guard
@@ -152,7 +165,7 @@ type leadership struct {
 	stream stream.Deps
 }
 
-func (r *relay) newLeadership(ctl *control.Conn) *leadership {
+func (r *relay) newLeadership(ctl, slots *control.Conn) *leadership {
 	dead := &deadletter.Recorder{
 		Writer:  deadletter.TableWriter{Control: ctl, Table: r.cfg.DeadLetters, Slot: r.cfg.Slot},
 		Router:  r.d.Router,
@@ -162,10 +175,10 @@ func (r *relay) newLeadership(ctl *control.Conn) *leadership {
 	}
 	return &leadership{
 		ctl: ctl,
-		guard: gap.NewGuard(r.cfg.Gap, gap.Deps{Control: ctl, Driver: r.d.Driver, Router: r.d.Router, DeadLetters: dead,
+		guard: gap.NewGuard(r.cfg.Gap, gap.Deps{Control: ctl, Slots: slots, Driver: r.d.Driver, Router: r.d.Router, DeadLetters: dead,
 			Limit: r.limit, Metrics: r.m, Progress: r.prog, Logger: r.d.Logger}),
 		keeper: retention.NewKeeper(r.cfg.Retention, ctl, r.prog, r.d.Logger),
-		stream: stream.Deps{Control: ctl, Driver: r.d.Driver, Router: r.d.Router, DeadLetters: dead, Suspects: r.suspects,
+		stream: stream.Deps{Control: ctl, Slots: slots, Driver: r.d.Driver, Router: r.d.Router, DeadLetters: dead, Suspects: r.suspects,
 			Limit: r.limit, Metrics: r.m, Progress: r.prog, Heartbeats: r.hb, Nonce: r.nonce, Logger: r.d.Logger},
 	}
 }

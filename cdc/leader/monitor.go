@@ -15,7 +15,7 @@ import (
 // connection still open (the lock still held) is logged and the next tick
 // tries again. A leader that cannot publish gives up the leadership
 // (health.go).
-func (r *relay) monitor(ctx context.Context, ctl *control.Conn, lose context.CancelCauseFunc) {
+func (r *relay) monitor(ctx context.Context, ctl, slots *control.Conn, lose context.CancelCauseFunc) {
 	stats := time.NewTicker(r.cfg.StatusInterval)
 	defer stats.Stop()
 	beat := time.NewTicker(r.cfg.HeartbeatInterval)
@@ -48,7 +48,7 @@ func (r *relay) monitor(ctx context.Context, ctl *control.Conn, lose context.Can
 				return
 			}
 			r.d.Health.report(nil)
-			if failed(r.updateSlotStats(ctx, ctl)) || failed(r.updateAge(ctx, ctl)) {
+			if failed(r.updateSlotStats(ctx, slots)) || failed(r.updateAge(ctx, ctl)) {
 				return
 			}
 			if lag, ok := r.hb.Lag(time.Now()); ok {

@@ -18,11 +18,17 @@ import (
 // Config is the relay's configuration as the leadership and its stages
 // take it.
 type Config struct {
+	// DatabaseURL reaches the primary: the leadership lock, heartbeats,
+	// checkpoints and outbox statements run there.
 	DatabaseURL string
-	Slot        string
-	Publication string
-	Outbox      outbox.Table
-	DeadLetters outbox.Table
+	// ReplicationURL, when set, reaches a standby (PostgreSQL 16+) that
+	// holds the slot and is decoded from (replication.go); empty, the slot
+	// is on DatabaseURL's server.
+	ReplicationURL string
+	Slot           string
+	Publication    string
+	Outbox         outbox.Table
+	DeadLetters    outbox.Table
 	// StatusInterval is how often the leader reads the slot's statistics
 	// and checks its own health.
 	StatusInterval time.Duration

@@ -18,7 +18,7 @@ import (
 // saying what to fix instead of surfacing late or never: wal_level, the
 // publication (it exists, publishes inserts and includes the outbox table),
 // the dead-letter and checkpoint tables and an existing slot (plugin
-// pgoutput, this database).
+// pgoutput, this database); the server must be the primary.
 func checkServer(ctx context.Context, ctl *control.Conn, cfg Config) error {
 	ns, table := cfg.Outbox.Schema(), cfg.Outbox.Name()
 	return ctl.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
@@ -28,6 +28,15 @@ func checkServer(ctx context.Context, ctl *control.Conn, cfg Config) error {
 		}
 		if walLevel != "logical" {
 			return control.Permanentf("postgres has wal_level=%s; logical replication needs wal_level=logical (set it in postgresql.conf and restart)", walLevel)
+		}
+		var recovery bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery); err != nil {
+			return fmt.Errorf("reading pg_is_in_recovery: %w", err)
+		}
+		if recovery {
+			// Retried, not permanent: a multi-host URL may reach the
+			// primary next time.
+			return errors.New("database-url reaches a standby (in recovery): the reader writes its leadership lock, heartbeats and checkpoints there, so it must reach the primary; to decode on a standby (PostgreSQL 16+), set --replication-url to the standby and keep --database-url on the primary")
 		}
 		var inserts, hasTable bool
 		err := conn.QueryRow(ctx, `SELECT pubinsert, EXISTS (SELECT 1 FROM pg_publication_tables t
@@ -57,6 +66,8 @@ func checkServer(ctx context.Context, ctl *control.Conn, cfg Config) error {
 		db := conn.Config().Database
 		st, err := schema.ReadSlotStatus(ctx, conn, cfg.Slot)
 		switch {
+		case cfg.ReplicationURL != "":
+			// The slot is on the replication server (replication.go).
 		case errors.Is(err, schema.ErrSlotNotFound):
 			// Missing: created before the first session, or refused (package gap).
 		case err != nil:

@@ -119,10 +119,13 @@ func CheckKind(ctl *control.Conn, name string, st State) error {
 // CreateExportingSnapshot creates the slot on a replication connection and
 // exports its snapshot: a transaction that imports it sees exactly the
 // commits the slot will not stream. On PostgreSQL 17 and later the slot is a
-// failover slot, so a standby that synchronises slots keeps it.
+// failover slot, so a standby that synchronises slots keeps it — unless the
+// server is itself a standby (decoding on a standby, 16+), where PostgreSQL
+// refuses failover slots; there the snapshot can be imported only on that
+// standby.
 func CreateExportingSnapshot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.CreateReplicationSlotResult, error) {
 	opts := []string{"SNAPSHOT 'export'"}
-	if serverVersion(conn) >= 170000 {
+	if serverVersion(conn) >= 170000 && !InHotStandby(conn) {
 		opts = append(opts, "FAILOVER true")
 	}
 	sql := fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL %s (%s)", pgx.Identifier{slot}.Sanitize(), schema.OutputPlugin, strings.Join(opts, ", "))
@@ -141,6 +144,11 @@ func MakeFailover(ctx context.Context, conn *pgconn.PgConn, slot string) error {
 	}
 	return nil
 }
+
+// InHotStandby reports whether the server of conn was a standby in
+// recovery when the connection started (the in_hot_standby parameter it
+// reports, PostgreSQL 14+).
+func InHotStandby(conn *pgconn.PgConn) bool { return conn.ParameterStatus("in_hot_standby") == "on" }
 
 // serverVersion returns the server_version_num the connection reported, or
 // 0 when it cannot be parsed.

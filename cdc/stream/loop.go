@@ -202,9 +202,13 @@ func (s *session) run(ctx context.Context, start pglogrepl.LSN) error {
 // and every position the session confirmed from then on would raise the
 // confirm limit over the gap. Now that this session's walsender holds the
 // slot, nobody can drop it: it must be active with that walsender's pid on
-// the control connection's server, and still within the confirm limit.
+// the slot's server (Deps.Slots), and still within the confirm limit.
 func (s *session) checkStreamedSlot(ctx context.Context) error {
-	st, err := slot.Read(ctx, s.Control, s.cfg.Slot)
+	slots := s.Slots
+	if slots == nil {
+		slots = s.Control
+	}
+	st, err := slot.Read(ctx, slots, s.cfg.Slot)
 	if err != nil {
 		return err
 	}

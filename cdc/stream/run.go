@@ -28,9 +28,10 @@ func Run(ctx context.Context, cfg Config, d Deps, st slot.State, generation stri
 		rconn.Close(context.WithoutCancel(ctx))
 		d.Metrics.Active.Set(0)
 	}()
-	if st.Failover != nil && !*st.Failover {
+	if st.Failover != nil && !*st.Failover && !slot.InHotStandby(rconn) {
 		// A slot created before PostgreSQL 17, or by hand: make it a
-		// failover slot so a standby that synchronises slots keeps it.
+		// failover slot so a standby that synchronises slots keeps it. A
+		// slot on a standby (decoding there) cannot be one.
 		if err := slot.MakeFailover(ctx, rconn, cfg.Slot); err != nil {
 			d.Logger.Warn("could not make the slot a failover slot; a promoted standby will not have it (the reader then recovers the gap)", "err", err)
 		}

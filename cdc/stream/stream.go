@@ -40,7 +40,8 @@ import (
 
 // Config is what a session needs of the relay's configuration.
 type Config struct {
-	// DatabaseURL reaches the database for the replication connection.
+	// DatabaseURL reaches the database for the replication connection: on
+	// the primary, or on the standby the relay decodes on.
 	DatabaseURL string
 	Slot        string
 	Publication string
@@ -65,7 +66,10 @@ type Config struct {
 
 // Deps are what a session works with, shared with the rest of the relay.
 type Deps struct {
-	Control     *control.Conn
+	Control *control.Conn
+	// Slots reaches the server that holds the slot (Control, or the
+	// standby the relay decodes on); nil means Control.
+	Slots       *control.Conn
 	Driver      sink.Driver
 	Router      sink.Router
 	DeadLetters *deadletter.Recorder

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -355,4 +356,36 @@ func queryBool(ctx context.Context, dsn, sql string, args ...any) (bool, error) 
 		return conn.QueryRow(ctx, sql, args...).Scan(&ok)
 	})
 	return ok, err
+}
+
+// Restart stops the standby — with an immediate shutdown (SIGQUIT: no
+// restartpoint, crash recovery at the start) when immediate, else a fast
+// one — starts it again with its settings, and waits until it streams from
+// the primary at primaryAdminDSN again.
+func (s *Standby) Restart(ctx context.Context, primaryAdminDSN string, immediate bool, log *slog.Logger) error {
+	pid := s.PID()
+	switch {
+	case pid == 0:
+	case immediate:
+		if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("stopping standby %s (pid %d): %w", s.Name, pid, err)
+		}
+		waitGone(ctx, pid, time.Minute)
+	default:
+		if err := stopPostgres(ctx, s.l, log); err != nil {
+			return err
+		}
+	}
+	conf, err := os.ReadFile(filepath.Join(s.l.pgData, s.l.pgConfName))
+	if err != nil {
+		return fmt.Errorf("reading the settings of standby %s: %w", s.Name, err)
+	}
+	if err := startServer(ctx, s.Port, s.l, s.owner, s.dist, conf, log); err != nil {
+		return fmt.Errorf("starting standby %s: %w", s.Name, err)
+	}
+	if err := waitAdmin(ctx, primaryAdminDSN, standbyReadyTimeout,
+		`SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'`, s.Name); err != nil {
+		return withLogs(fmt.Errorf("waiting for standby %s to stream again: %w", s.Name, err), s.l.pgLog+"/postgresql.log")
+	}
+	return nil
 }

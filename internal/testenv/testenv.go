@@ -74,6 +74,11 @@ type Env struct {
 	Topic       string // orders topic (6 partitions)
 	Group       string // consumer group for the fulfillment consumer
 	Pool        *pgxpool.Pool
+	// ReplicationURL, when set, is the standby the relay decodes on (its
+	// --replication-url) and SlotPool a pool there, where its slot is read
+	// (DecodeOnStandby); otherwise the slot is on Pool's server.
+	ReplicationURL string
+	SlotPool       *pgxpool.Pool
 }
 
 // New creates a database with the schema migrated and the slot created, a

@@ -278,6 +278,13 @@ async function operations(page) {
   }, null, { timeout: 30_000 });
   await page.waitForFunction(() => document.querySelectorAll(".uplot").length >= 8, null, { timeout: 30_000 });
   await page.waitForTimeout(5000); // a few more points on the charts
+  // With no pending record left, the DLQ card's "oldest pending" reads
+  // "—", not the age the last pending record had.
+  await page.waitForFunction(() => {
+    const pending = document.querySelector('[data-now="dlq-0"]');
+    return pending && pending.textContent === "0";
+  }, null, { timeout: 30_000 });
+  assert.equal(await page.locator('[data-now="dlq-2"]').innerText(), "—", "oldest pending age with no pending record");
   // The byte axes read true; the slot charts say what they count and draw
   // the shipped alert thresholds.
   for (const chart of ["slot-lag-bytes", "retained-wal"]) {

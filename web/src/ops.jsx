@@ -143,11 +143,11 @@ function ChartCard({ title, note, samples, series, kind, rightKind, alert, id })
   const xs = samples.map((s) => s.t / 1000);
   const cols = series.map((s) => samples.map((x) => s.get(x)));
   const data = [xs, ...cols];
-  const last = series.map((s, i) => {
-    for (let j = cols[i].length - 1; j >= 0; j--) if (cols[i][j] != null) return cols[i][j];
-    return null;
-  });
-  const hasData = last.some((v) => v != null);
+  // "now" is the latest sample's value: a series that has none now (no
+  // pending DLQ record, a consumer not scraped) reads "—", never an
+  // older value.
+  const last = cols.map((c) => (c.length > 0 ? (c[c.length - 1] ?? null) : null));
+  const hasData = cols.some((c) => c.some((v) => v != null));
   let dataMax = 0;
   cols.forEach((c, i) => !series[i].right && c.forEach((v) => (dataMax = Math.max(dataMax, v || 0))));
   const fmt = formatter(kind, t);

@@ -154,11 +154,11 @@ func (e *env) warmKafka(ctx context.Context, n int) error {
 }
 
 // newBenchProducer is a producer with the reader's delivery settings
-// (idempotent, acks=all, linger 5 ms, lz4) whose delivery reports carry no
+// (idempotent, acks=all, linger 1 ms, lz4) whose delivery reports carry no
 // message fields.
 func (e *env) newBenchProducer() (*kafka.Producer, error) {
 	return kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": e.endpoints.KafkaBootstrap, "broker.address.family": "v4",
-		"enable.idempotence": true, "acks": "all", "linger.ms": 5, "compression.type": "lz4", "go.delivery.report.fields": "none"})
+		"enable.idempotence": true, "acks": "all", "linger.ms": 1, "compression.type": "lz4", "go.delivery.report.fields": "none"})
 }
 
 // produceAll produces the n messages msg returns with p and waits for

@@ -1,5 +1,3 @@
-//go:build lifecycle
-
 package e2e
 
 import (
@@ -18,10 +16,10 @@ import (
 	"github.com/eventforge/eventforge/internal/testenv"
 )
 
-// TestLifecycleDecodeFromStandby16 follows docs/operations.md's runbook
-// "Decoding on a standby" on PostgreSQL 16: the reader decodes on a
-// physical standby (--replication-url; hot_standby_feedback on, a physical
-// slot on the primary) while --database-url stays the primary for the
+// TestLifecycleDecodeFromStandby17 (in `make test`) follows
+// docs/operations.md's runbook "Decoding on a standby" on PostgreSQL 17:
+// the reader decodes on a physical standby (--replication-url;
+// hot_standby_feedback on, a physical slot on the primary) while --database-url stays the primary for the
 // leadership lock, heartbeats and checkpoints. The slot is created on the
 // standby (a gap recovery on the first start, since no checkpoint exists);
 // a reader given the standby as --database-url says why it cannot run there.
@@ -32,11 +30,8 @@ import (
 // the standby keeps advancing. Then the slot is dropped on the standby: the
 // reader recovers the gap from the outbox with the snapshot the new slot
 // exports on the standby. Every order is applied once with its events in
-// order (0 lost; duplicates counted).
-func TestLifecycleDecodeFromStandby16(t *testing.T) { decodeFromStandby(t, 16) }
-
-// TestLifecycleDecodeFromStandby17: the same on PostgreSQL 17, where the
-// slot on the standby is not a failover slot (PostgreSQL refuses one there).
+// order (0 lost; duplicates counted). On 17 the slot on the standby is not
+// a failover slot (PostgreSQL refuses one there).
 func TestLifecycleDecodeFromStandby17(t *testing.T) { decodeFromStandby(t, 17) }
 
 func decodeFromStandby(t *testing.T, version int) {

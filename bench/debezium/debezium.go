@@ -75,16 +75,16 @@ func DefaultTuning() Tuning {
 		MaxBatchSize: 4096,
 		MaxQueueSize: 16384,
 		// The task waits for a full batch up to this long (default 500 ms),
-		// which at low rates is added to every event's latency; 5 ms
+		// which at low rates is added to every event's latency; 1 ms
 		// matches EventForge's linger.
-		PollIntervalMS: 5,
+		PollIntervalMS: 1,
 		// Default 60 s: the slot's confirmed position trails Kafka's acks
 		// by up to this much. 1 s keeps WAL retention close to EventForge's.
 		OffsetFlushIntervalMS: 1000,
-		// EventForge's producer settings: linger 5 ms, lz4. The Java
+		// EventForge's producer settings: linger 1 ms, lz4. The Java
 		// producer's batch.size default (16 KiB) caps a batch at about 25
 		// events; librdkafka's default is 1 MB.
-		LingerMS:       5,
+		LingerMS:       1,
 		BatchSizeBytes: 1 << 20,
 		Compression:    "lz4",
 	}

@@ -72,9 +72,13 @@ func New(opts Options, logger *slog.Logger, onDelivery sink.DeliveryFunc) (*Publ
 		// Every publisher partitions alike, so a replay puts an order's
 		// record where the relay put its others: CRC-32 of the key
 		// (librdkafka's default, written out so that it is never changed).
-		"partitioner":               "consistent_random",
-		"acks":                      "all",
-		"linger.ms":                 5,
+		"partitioner": "consistent_random",
+		"acks":        "all",
+		// An event waits at most 1 ms for others to share its request:
+		// at a few hundred events/s the linger is most of an event's
+		// latency (docs/cdc.md, "Latency"), and under a backlog batches
+		// fill while earlier requests are in flight.
+		"linger.ms":                 1,
 		"compression.type":          "lz4",
 		"go.delivery.report.fields": "none",
 	}

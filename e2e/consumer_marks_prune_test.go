@@ -9,6 +9,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/eventforge/eventforge/internal/testenv"
+	"github.com/eventforge/eventforge/internal/testkit"
 )
 
 // TestMarksPrunedAndGroupResetToEarliest: marks go only when their event
@@ -26,7 +27,8 @@ func TestMarksPrunedAndGroupResetToEarliest(t *testing.T) {
 	pl.startAPI(t)
 	pl.startCDC(t, "cdc", nil, "--outbox-retention", "1s", "--outbox-prune-interval", "1s", "--checkpoint-interval", "1s")
 	consumerArgs := []string{"--marks-prune-interval", "1s", "--dlq-stats-interval", "500ms"}
-	consumer := pl.startConsumer(t, "consumer", nil, consumerArgs...)
+	metrics := testkit.FreeAddr(t)
+	consumer := pl.startConsumer(t, "consumer", nil, append([]string{"--metrics-addr", metrics}, consumerArgs...)...)
 
 	const first, second = 20, 10
 	create := func(n int, prefix string) {
@@ -53,6 +55,9 @@ func TestMarksPrunedAndGroupResetToEarliest(t *testing.T) {
 		t.Fatalf("%d marks while every record is in Kafka, want all %d kept", m, first)
 	}
 
+	waitMetric(t, metrics, "eventforge_consumer_marks_held", 30*time.Second, "the marks held counted",
+		func(v float64) bool { return v == first })
+
 	deleteRecordsToEnd(t, pl, pl.env.Topic)
 	testenv.Eventually(t, time.Minute, "the marks below the log start pruned", func() error {
 		if m := marks(t, pl, "fulfillment"); m != 0 {
@@ -60,6 +65,11 @@ func TestMarksPrunedAndGroupResetToEarliest(t *testing.T) {
 		}
 		return nil
 	})
+	waitMetric(t, metrics, "eventforge_consumer_marks_held", 30*time.Second, "no marks held after pruning",
+		func(v float64) bool { return v == 0 })
+	if pruned, _ := scrape(metrics, "eventforge_consumer_marks_pruned_total"); pruned != first {
+		t.Errorf("eventforge_consumer_marks_pruned_total = %v, want %d", pruned, first)
+	}
 
 	create(second, "kept")
 	consumer.stop()

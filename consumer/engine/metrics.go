@@ -53,6 +53,10 @@ var (
 		Name: "eventforge_consumer_marks_pruned_total",
 		Help: "Marks deleted because their event can no longer be delivered again: every copy below the partition's log start, the outbox row pruned, no relay dead letter.",
 	}, []string{"consumer"})
+	marksHeld = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eventforge_consumer_marks_held",
+		Help: "Marks the consumer holds (its processed_events rows), counted when pruning starts and after each pruning round.",
+	}, []string{"consumer"})
 	marksPrunePaused = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "eventforge_consumer_marks_prune_paused",
 		Help: "1 while no mark is pruned because the source topic's DLQ holds records (a replay would deliver them again).",

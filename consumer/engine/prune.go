@@ -86,6 +86,7 @@ func (r *Runtime) pruneMarks(ctx context.Context, logs chan kafka.LogEvent) {
 		return
 	}
 	defer c.Close()
+	r.countMarks(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -100,6 +101,26 @@ func (r *Runtime) pruneMarks(ctx context.Context, logs chan kafka.LogEvent) {
 			marksPruned.WithLabelValues(r.opts.Name).Add(float64(n))
 			r.logger.Info("marks pruned", "marks", n)
 		}
+		r.countMarks(ctx)
+	}
+}
+
+// countMarks sets eventforge_consumer_marks_held to the marks the consumer
+// holds: one index-only count, once per pruning round.
+func (r *Runtime) countMarks(parent context.Context) {
+	ctx, cancel := context.WithTimeout(parent, r.opts.AttemptTimeout)
+	defer cancel()
+	tx, err := r.db.Begin(ctx)
+	if err == nil {
+		defer func() { _ = tx.Rollback(ctx) }()
+		var n int64
+		if err = tx.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE consumer = $1`, r.opts.Name).Scan(&n); err == nil {
+			marksHeld.WithLabelValues(r.opts.Name).Set(float64(n))
+			return
+		}
+	}
+	if parent.Err() == nil {
+		r.logger.Warn("counting marks", "err", err)
 	}
 }
 

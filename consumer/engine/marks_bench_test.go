@@ -29,19 +29,18 @@ func (marksOnly) Queue(*pgx.Batch, Event) error              { return nil }
 // TestMarksBoundedOverManyEvents (`make bench-marks`) applies
 // EVENTFORGE_MARKS_EVENTS events (a million by default) three times over
 // (EVENTFORGE_MARKS_ROUNDS), on a topic and a PostgreSQL of its own for
-// each mode, while the topic's
-// records below the group's committed offsets are deleted every two
-// seconds, as retention deletes old segments: once with the marks kept,
-// once pruned every two seconds. Between the rounds the consumer stops and,
-// with pruning, the test waits for autovacuum to visit the marks table, as
-// it does in production. Each round prints the apply rate, the most marks
-// held while it applied (sampled every second) and, once the last records
-// are deleted from the topic, the marks held and their bytes (table and
-// indexes) when pruning caught up. A run with pruning fails if its marks do
-// not fall to a hundredth of a round's events within a minute of the last
-// deletion, or if a round grows the table by as much as the round before
-// it did: the space of pruned marks must be used again, so that the table
-// converges to the marks held between two visits of autovacuum.
+// each mode, while the topic's records below the group's committed offsets
+// are deleted every two seconds, as retention deletes old segments: once
+// with the marks kept, once pruned every two seconds. Between the rounds
+// the consumer stops and, with pruning, the test waits for autovacuum to
+// visit the marks table, as it would in production. Each round prints the
+// apply rate, the most marks held while it applied (sampled every second)
+// and, once the last records are deleted from the topic, the marks held
+// and their bytes (table and indexes) when pruning caught up. A run with
+// pruning fails if its marks do not fall to a hundredth of a round's
+// events within a minute of the last deletion, or if a round grows the
+// table by as much as the round before it did: the space of pruned marks
+// must be used again, so that the table levels off.
 func TestMarksBoundedOverManyEvents(t *testing.T) {
 	n := 1_000_000
 	if v := os.Getenv("EVENTFORGE_MARKS_EVENTS"); v != "" {
